@@ -1,0 +1,172 @@
+"""`outbox`: the command line (migrate, enqueue, relay, stats, demo, operations).
+
+Every command finds PostgreSQL through `DATABASE_URL` (and Redis through
+`REDIS_URL`) or, when they are unset, the local services on their standard
+ports; `demo` may also start embedded servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import ConfigurationError, InvalidMessageError
+
+
+def _database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    from .local import LOCAL_PG_URL
+
+    return LOCAL_PG_URL
+
+
+def _engine(autocommit: bool = False):
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    kw: dict[str, Any] = {"poolclass": NullPool}
+    if autocommit:
+        kw["isolation_level"] = "AUTOCOMMIT"
+    return create_engine(_database_url(), **kw)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Transactional-outbox relay: PostgreSQL to Redis Streams and Amazon SES."""
+
+
+@main.command()
+def migrate() -> None:
+    """Create or upgrade the outbox schema (Alembic; running it twice is harmless)."""
+    from .migrate import upgrade
+
+    engine = _engine()
+    upgrade(engine)
+    engine.dispose()
+    click.echo("schema is at the latest revision")
+
+
+@main.command("enqueue-event")
+@click.option("--stream", required=True, help="Redis stream key.")
+@click.option("--type", "type_", required=True, help="Event type, e.g. order.placed.")
+@click.option("--payload", required=True, help="JSON text, or @file.json to read a file.")
+@click.option("--key", default=None, help="Ordering/partition key.")
+@click.option("--message-id", default=None, help="Idempotency key (UUID).")
+@click.option("--max-attempts", type=int, default=None)
+def enqueue_event_cmd(stream: str, type_: str, payload: str, key: str | None, message_id: str | None,
+                      max_attempts: int | None) -> None:
+    """Enqueue one domain event (in its own transaction) and print its message id."""
+    from .producer import enqueue_event
+
+    text = Path(payload[1:]).read_text(encoding="utf-8") if payload.startswith("@") else payload
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--payload") from None
+    engine = _engine()
+    try:
+        with engine.begin() as conn:
+            mid = enqueue_event(conn, stream=stream, type=type_, payload=value, key=key,
+                                message_id=message_id, max_attempts=max_attempts)
+    except InvalidMessageError as exc:
+        raise click.UsageError(f"invalid message: {exc}") from None
+    finally:
+        engine.dispose()
+    click.echo(str(mid))
+
+
+@main.command()
+@click.option("--event", "event_path", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="Sample event, e.g. events/relay-redis-scheduler.json.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds the fake context starts with [default: OUTBOX_FUNCTION_TIMEOUT_SECONDS].")
+@click.option("--function", "function", default="relay", show_default=True,
+              help="Which function under functions/ to invoke.")
+def relay(event_path: str, timeout: float | None, function: str) -> None:
+    """Invoke the real Lambda handler once, in-process, and print its summary."""
+    from .config import get_settings
+    from .local import LocalContext, environment, load_handler
+
+    event = json.loads(Path(event_path).read_text(encoding="utf-8"))
+    defaults = {}
+    if not os.environ.get("DATABASE_URL") and not os.environ.get("DATABASE_SECRET_ARN"):
+        defaults["DATABASE_URL"] = _database_url()
+    if not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_URL_SECRET_ARN"):
+        from .local import LOCAL_REDIS_URL
+
+        defaults["REDIS_URL"] = LOCAL_REDIS_URL
+    defaults.setdefault("POWERTOOLS_TRACE_DISABLED", os.environ.get("POWERTOOLS_TRACE_DISABLED", "true"))
+    with environment(**defaults):
+        try:
+            settings = get_settings()
+        except ConfigurationError as exc:
+            raise click.ClickException(f"configuration error: {exc}") from None
+        handler = load_handler(function)
+        context = LocalContext(timeout if timeout is not None else settings.function_timeout_seconds)
+        result = handler(event, context)
+    _echo_json(result)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def stats(as_json: bool) -> None:
+    """Counts per channel and status, and the oldest pending age."""
+    from .ops import queue_stats
+
+    engine = _engine()
+    data = queue_stats(engine)
+    engine.dispose()
+    if as_json:
+        _echo_json(data)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="outbox")
+    for col in ("channel", "pending", "due now", "leased", "expired leases", "delivered", "dead",
+                "dead 1h", "dead 24h", "oldest pending (s)"):
+        table.add_column(col, justify="right" if col != "channel" else "left")
+    for ch in data["channels"]:
+        table.add_row(ch["channel"], str(ch["pending"]), str(ch["due_now"]), str(ch["leased"]),
+                      str(ch["expired_leases"]), str(ch["delivered"]), str(ch["dead"]),
+                      str(ch["dead_last_hour"]), str(ch["dead_last_day"]),
+                      f"{ch['oldest_pending_age_seconds']:.1f}")
+    Console().print(table)
+
+
+@main.command()
+@click.option("--keep", is_flag=True, help="Keep the demo's database and streams afterwards.")
+def demo(keep: bool) -> None:
+    """Run the whole flow on defaults: migrate, a sample app writing orders and
+    their events in one transaction, relay invocations until drained, a report."""
+    from .demo import run_demo
+
+    sys.exit(run_demo(keep=keep, echo=click.echo))
+
+
+def _register_optional() -> None:
+    """Attach command groups defined in other modules (operations, email)."""
+    for module, names in (("outbox_relay.ops_cli", ("dead", "redrive", "purge")),
+                          ("outbox_relay.email_cli", ("enqueue_email",))):
+        try:
+            mod = __import__(module, fromlist=list(names))
+        except ImportError:
+            continue
+        for name in names:
+            cmd = getattr(mod, name, None)
+            if cmd is not None:
+                main.add_command(cmd)
+
+
+_register_optional()

@@ -1,0 +1,163 @@
+"""The SQLAlchemy engine, made for Lambda.
+
+- One small pool per container, reused across warm invocations.
+- Autocommit: every statement of the relay is its own short transaction (one
+  round trip, no BEGIN/COMMIT), which is also what RDS Proxy and PgBouncer in
+  transaction mode need. The producer API does not use this engine: it writes
+  in the caller's transaction.
+- No pre-ping round trip: a connection that died while the container was
+  frozen is detected on use and the unit of work is retried once
+  (`run_with_retry`).
+- Credentials from `DATABASE_URL`, or from a Secrets Manager secret through
+  Powertools parameters (cached for `SECRET_MAX_AGE_SECONDS`, fetched again
+  when a login fails, as after a rotation), or an RDS IAM auth token generated
+  per new connection ("Connecting to your DB instance using IAM
+  authentication", Amazon RDS User Guide).
+- TLS: `DATABASE_TLS=verify-full` verifies the server certificate against
+  `DATABASE_CA_BUNDLE` (the RDS global bundle) and the host name.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+
+from .config import Settings
+from .errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SECRET_MAX_AGE_SECONDS = 300
+
+
+def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
+    from aws_lambda_powertools.utilities import parameters
+
+    assert settings.database_secret_arn is not None
+    try:
+        secret: Any = parameters.get_secret(
+            settings.database_secret_arn, transform="json",
+            max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force_fetch,
+        )
+    except Exception as exc:  # the secret is unreadable: configuration, not data
+        raise ConfigurationError("DATABASE_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
+    try:
+        return URL.create(
+            "postgresql+pg8000",
+            username=secret["username"],
+            password=secret.get("password"),
+            host=secret["host"],
+            port=int(secret.get("port", 5432)),
+            database=secret.get("dbname") or secret.get("database") or "postgres",
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            "DATABASE_SECRET_ARN", "secret must be JSON with host, port, username, password, dbname"
+        ) from exc
+
+
+def base_url(settings: Settings) -> URL:
+    """The URL the engine is created with (password from the secret, if any)."""
+    if settings.database_url:
+        url = make_url(settings.database_url)
+        if url.drivername in ("postgresql", "postgres"):
+            url = url.set(drivername="postgresql+pg8000")
+        if url.drivername != "postgresql+pg8000":
+            raise ConfigurationError("DATABASE_URL", f"driver must be postgresql+pg8000, not {url.drivername}")
+        return url
+    return _secret_url(settings)
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.database_tls == "disable":
+        return None
+    if settings.database_tls == "require":
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=settings.database_ca_bundle)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError("DATABASE_CA_BUNDLE", f"cannot load CA bundle ({exc})") from exc
+
+
+def iam_token(host: str, port: int, user: str, region: str | None = None) -> str:
+    """A fresh RDS IAM authentication token (valid 15 minutes) for one new connection."""
+    import boto3
+
+    return boto3.client("rds", region_name=region).generate_db_auth_token(
+        DBHostname=host, Port=port, DBUsername=user
+    )
+
+
+def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, int, str], str] | None = None) -> Engine:
+    """Build the engine used by the lease store, once per container.
+
+    `token_provider(host, port, user) -> password` overrides IAM token
+    generation (tests stub it). Raises `ConfigurationError` for unusable settings.
+    """
+    url = base_url(settings)
+    connect_args: dict[str, Any] = {"timeout": 10, "application_name": "outbox-relay"}
+    ctx = _ssl_context(settings)
+    if ctx is not None:
+        connect_args["ssl_context"] = ctx
+    engine = create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_size=settings.database_pool_size,
+        max_overflow=2,
+        pool_recycle=900,
+        pool_pre_ping=False,
+        connect_args=connect_args,
+    )
+
+    if settings.database_iam_auth:
+        provider = token_provider or iam_token
+
+        @event.listens_for(engine, "do_connect")
+        def _iam_password(dialect, conn_rec, cargs, cparams):  # noqa: ANN001
+            cparams["password"] = provider(cparams["host"], int(cparams.get("port", 5432)), cparams["user"])
+
+    elif settings.database_secret_arn and not settings.database_url:
+
+        @event.listens_for(engine, "do_connect")
+        def _secret_password(dialect, conn_rec, cargs, cparams):  # noqa: ANN001
+            # Current credentials (cached); after a failed login fetch again, once:
+            # the secret may have been rotated since it was cached.
+            cparams.update(_cparams(_secret_url(settings)))
+            try:
+                return dialect.dbapi.connect(*cargs, **cparams)
+            except dialect.dbapi.InterfaceError:
+                raise
+            except dialect.dbapi.DatabaseError:
+                cparams.update(_cparams(_secret_url(settings, force_fetch=True)))
+                return dialect.dbapi.connect(*cargs, **cparams)
+
+    return engine
+
+
+def _cparams(url: URL) -> dict[str, Any]:
+    return {"user": url.username, "password": url.password, "host": url.host,
+            "port": url.port or 5432, "database": url.database}
+
+
+def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
+    """Run `work(connection)` once; if the pooled connection turns out to be
+    dead (a thawed Lambda container, a failover), run it once more on a new one.
+    Any other error propagates."""
+    try:
+        with engine.connect() as conn:
+            return work(conn)
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        log.warning("database connection was invalidated; retrying once")
+        with engine.connect() as conn:
+            return work(conn)

@@ -1,0 +1,173 @@
+"""Rows, statuses and outcomes of the outbox, as plain immutable values."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping
+
+
+class Channel(str, enum.Enum):
+    """Where a message goes. Each channel runs as its own relay function."""
+
+    REDIS = "redis"  # a domain event, XADD to a Redis Stream named by `destination`
+    SES = "ses"  # a transactional email, SendEmail through Amazon SES v2
+
+
+class Status(str, enum.Enum):
+    """Lifecycle states of an outbox message (DESIGN.md, "Message lifecycle")."""
+
+    PENDING = "pending"  # waiting; claimable once `available_at <= now()`
+    LEASED = "leased"  # claimed by `lease_owner` until `lease_expires_at`
+    DELIVERED = "delivered"  # left the database; `delivery_ref` says where it landed
+    DEAD = "dead"  # given up; `last_error` says why; an operator may redrive it
+
+
+class ErrorClass(str, enum.Enum):
+    """Why a delivery attempt did not succeed; stored in `last_error_class`."""
+
+    TRANSIENT = "transient"  # network, 5xx, timeouts: retried with backoff
+    PERMANENT = "permanent"  # the message's fault (bad payload, rejected): dead letter now
+    THROTTLED = "throttled"  # downstream asked us to slow down: attempt refunded, deferred
+    LEASE_EXPIRED = "lease_expired"  # a holder died or overran with no attempts left
+    DOWNSTREAM_UNAVAILABLE = "downstream_unavailable"  # Redis down, SES paused: refunded
+    CONFIGURATION = "configuration"  # our sender/identity/account is refused: stop the batch
+    NOT_ATTEMPTED = "not_attempted"  # released before delivery (deadline, batch stopped)
+
+
+class OutcomeKind(str, enum.Enum):
+    """What the relay records for one claimed message (one SQL statement per group)."""
+
+    DELIVERED = "delivered"  # status delivered, delivery_ref stored
+    RETRY = "retry"  # pending after a backoff delay; dead when attempts reached the maximum
+    DEAD = "dead"  # dead letter now, error recorded
+    RELEASE = "release"  # pending after `delay_seconds`, the claim's attempt refunded
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedMessage:
+    """A message as the claim statement returned it.
+
+    `payload_json` and `headers_json` are the stored JSON as text, exactly as
+    PostgreSQL renders `jsonb` (no re-serialisation on the hot path).
+    `created_at` is an ISO 8601 UTC string produced by the database.
+    """
+
+    seq: int
+    message_id: uuid.UUID
+    status: Status
+    destination: str
+    type: str
+    key: str | None
+    payload_json: str
+    headers_json: str | None
+    attempts: int
+    max_attempts: int
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> "ClaimedMessage":
+        """Build from a row of the claim statement (see `sql.CLAIM`)."""
+        (seq, message_id, status, destination, type_, key, payload, headers,
+         attempts, max_attempts, created_at) = row
+        return cls(
+            seq=seq,
+            message_id=message_id if isinstance(message_id, uuid.UUID) else uuid.UUID(str(message_id)),
+            status=Status(status),
+            destination=destination,
+            type=type_,
+            key=key,
+            payload_json=payload,
+            headers_json=headers,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            created_at=created_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """What a publisher reports for one message.
+
+    Exactly one of `delivery_ref` (success) or `error_class` (failure) is set.
+    `retry_after_seconds` lets a publisher ask for a specific deferral (for
+    example a long one when the SES daily quota is exhausted).
+    """
+
+    seq: int
+    delivery_ref: str | None = None
+    error_class: ErrorClass | None = None
+    error: str | None = None
+    retry_after_seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One row of an outcome write: what to record for claimed message `seq`.
+
+    `delay_seconds` is added to the database's `now()` for RETRY and RELEASE.
+    """
+
+    seq: int
+    kind: OutcomeKind
+    error_class: ErrorClass | None = None
+    error: str | None = None
+    delivery_ref: str | None = None
+    delay_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """A full outbox row, for operators (`outbox dead show`, `outbox stats`)."""
+
+    seq: int
+    message_id: uuid.UUID
+    channel: Channel
+    destination: str
+    type: str
+    key: str | None
+    payload: Any
+    headers: Mapping[str, Any] | None
+    status: Status
+    attempts: int
+    max_attempts: int | None
+    available_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    last_error: str | None
+    last_error_class: str | None
+    delivery_ref: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+    dead_at: datetime | None
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "MessageRow":
+        return cls(
+            seq=m["seq"],
+            message_id=m["message_id"],
+            channel=Channel(m["channel"]),
+            destination=m["destination"],
+            type=m["type"],
+            key=m["key"],
+            payload=m["payload"],
+            headers=m["headers"],
+            status=Status(m["status"]),
+            attempts=m["attempts"],
+            max_attempts=m["max_attempts"],
+            available_at=m["available_at"],
+            lease_owner=m["lease_owner"],
+            lease_expires_at=m["lease_expires_at"],
+            last_error=m["last_error"],
+            last_error_class=m["last_error_class"],
+            delivery_ref=m["delivery_ref"],
+            created_at=m["created_at"],
+            delivered_at=m["delivered_at"],
+            dead_at=m["dead_at"],
+        )

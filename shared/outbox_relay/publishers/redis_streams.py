@@ -1,0 +1,218 @@
+"""Redis Streams publisher: idempotent XADD through one Lua script, one pipeline per batch.
+
+Entry fields (DESIGN.md): `id` (message id), `type`, `key` (omitted when none),
+`payload` (JSON text), `created_at` (ISO 8601 UTC), `headers` (JSON, when any).
+
+Idempotency: the script checks a dedupe key, then XADDs and stores the new
+entry id under that key with a TTL, atomically (a Lua script runs as one unit:
+Redis docs, "Scripting with Lua", atomicity). Re-publishing a message id whose
+first XADD succeeded but whose ack was lost returns the first entry id and adds
+nothing. The dedupe key lives in the stream's hash slot (Redis docs, "Redis
+cluster specification", hash tags): `{stream}:outbox-dedupe:<id>`, or
+`stream:outbox-dedupe:<id>` when the stream name already carries a hash tag.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any, Sequence
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..errors import DownstreamUnavailable
+from ..models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from .base import Deadline, RecordResults
+
+log = logging.getLogger(__name__)
+
+# KEYS[1] = stream; KEYS[1 + i] = dedupe key of message i.
+# ARGV[1] = MAXLEN (0: no trimming), ARGV[2] = dedupe TTL in milliseconds,
+# then 6 values per message: id, type, key ('' = none), payload, created_at, headers ('' = none).
+# Reply, one element per message: "<entry id>" (added), "=<entry id>" (already
+# published: nothing added), or "!<error>" (this message failed; others go on).
+PUBLISH_SCRIPT = """
+local maxlen = tonumber(ARGV[1])
+local ttl = ARGV[2]
+local out = {}
+for i = 1, #KEYS - 1 do
+  local dedupe = KEYS[i + 1]
+  local b = 2 + (i - 1) * 6
+  local prior = redis.pcall('GET', dedupe)
+  if type(prior) == 'string' then
+    out[i] = '=' .. prior
+  else
+    local args = {'XADD', KEYS[1]}
+    if maxlen > 0 then
+      args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[1]
+    end
+    args[#args + 1] = '*'
+    args[#args + 1] = 'id'; args[#args + 1] = ARGV[b + 1]
+    args[#args + 1] = 'type'; args[#args + 1] = ARGV[b + 2]
+    if ARGV[b + 3] ~= '' then args[#args + 1] = 'key'; args[#args + 1] = ARGV[b + 3] end
+    args[#args + 1] = 'payload'; args[#args + 1] = ARGV[b + 4]
+    args[#args + 1] = 'created_at'; args[#args + 1] = ARGV[b + 5]
+    if ARGV[b + 6] ~= '' then args[#args + 1] = 'headers'; args[#args + 1] = ARGV[b + 6] end
+    local res = redis.pcall(unpack(args))
+    if type(res) == 'table' and res.err then
+      out[i] = '!' .. res.err
+    else
+      redis.call('SET', dedupe, res, 'PX', ttl)
+      out[i] = res
+    end
+  end
+end
+return out
+"""
+
+#: Messages per script call: bounds how long one call holds Redis (scripts block the server).
+SCRIPT_CHUNK = 250
+
+# Error replies that mean "Redis cannot take writes now", not "this message is bad".
+_UNAVAILABLE_PREFIXES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+# Error replies that are this message's fault (e.g. the stream key holds another type).
+_PERMANENT_PREFIXES = ("WRONGTYPE",)
+
+
+def dedupe_key(stream: str, message_id: str) -> str:
+    """The dedupe key of `message_id` on `stream`, in the stream's hash slot."""
+    start = stream.find("{")
+    if start != -1 and stream.find("}", start + 2) != -1:
+        return f"{stream}:outbox-dedupe:{message_id}"
+    return f"{{{stream}}}:outbox-dedupe:{message_id}"
+
+
+def classify_reply_error(text: str) -> ErrorClass:
+    """Map a Redis error reply (e.g. ``"WRONGTYPE Operation against a key …"``) to an error class."""
+    upper = text.lstrip().upper()
+    if upper.startswith(_PERMANENT_PREFIXES):
+        return ErrorClass.PERMANENT
+    if upper.startswith(_UNAVAILABLE_PREFIXES):
+        return ErrorClass.DOWNSTREAM_UNAVAILABLE
+    return ErrorClass.TRANSIENT
+
+
+def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0) -> redis.Redis:
+    """A client for `redis://` or `rediss://` (TLS, certificate verified) URLs,
+    with AUTH from the URL, as ElastiCache in-transit encryption needs."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout_seconds,
+        socket_connect_timeout=socket_timeout_seconds,
+        health_check_interval=30,
+        retry_on_timeout=False,
+    )
+
+
+class RedisStreamsPublisher:
+    """Publishes claimed domain events to Redis Streams.
+
+    Args:
+        client: a `redis.Redis` (only `ping`, `pipeline`, `script_load` are used).
+        dedupe_ttl_seconds: how long a published message id is remembered, seconds.
+        maxlen: approximate stream length cap (`MAXLEN ~`), 0 for none.
+    """
+
+    channel = Channel.REDIS
+
+    def __init__(self, client: Any, *, dedupe_ttl_seconds: int, maxlen: int = 0) -> None:
+        self.client = client
+        self.dedupe_ttl_ms = int(dedupe_ttl_seconds * 1000)
+        self.maxlen = int(maxlen)
+        self._sha: str | None = None
+
+    def gate(self) -> str | None:
+        """PING Redis; a reason string when it does not answer."""
+        try:
+            self.client.ping()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            return f"redis unavailable ({type(exc).__name__})"
+        except ResponseError as exc:  # e.g. NOAUTH, LOADING
+            return f"redis refused PING ({str(exc).split(' ', 1)[0]})"
+        return None
+
+    def claim_limit(self, batch_size: int, seconds_available: float) -> int:
+        return batch_size if seconds_available > 0 else 0
+
+    def _script_sha(self) -> str:
+        if self._sha is None:
+            self._sha = self.client.script_load(PUBLISH_SCRIPT)
+        return self._sha
+
+    def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
+        """Publish all `messages` in one pipelined round trip and record the results once.
+
+        Raises `DownstreamUnavailable` when the connection fails (nothing recorded;
+        the relay releases the batch with attempts refunded; a message that did
+        reach the stream is deduplicated on its next publish)."""
+        if not messages or deadline.passed():
+            return
+        calls = self._build_calls(messages)
+        try:
+            replies = self._execute(calls)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise DownstreamUnavailable(f"redis connection failed mid-batch ({type(exc).__name__})") from exc
+        results: list[DeliveryResult] = []
+        for (_, batch), reply in zip(calls, replies):
+            results.extend(self._results(batch, reply))
+        record(results)
+
+    def _build_calls(self, messages: Sequence[ClaimedMessage]) -> list[tuple[list[Any], list[ClaimedMessage]]]:
+        by_stream: dict[str, list[ClaimedMessage]] = defaultdict(list)
+        for m in messages:
+            by_stream[m.destination].append(m)
+        calls = []
+        head = [str(self.maxlen), str(self.dedupe_ttl_ms)]
+        for stream, group in by_stream.items():
+            for start in range(0, len(group), SCRIPT_CHUNK):
+                batch = group[start:start + SCRIPT_CHUNK]
+                keys = [stream]
+                args = list(head)
+                for m in batch:
+                    mid = str(m.message_id)
+                    keys.append(dedupe_key(stream, mid))
+                    args += (mid, m.type, m.key or "", m.payload_json, m.created_at, m.headers_json or "")
+                calls.append(([len(keys), *keys, *args], batch))
+        return calls
+
+    def _execute(self, calls: list[tuple[list[Any], list[ClaimedMessage]]]) -> list[Any]:
+        sha = self._script_sha()
+        pipe = self.client.pipeline(transaction=False)
+        for argv, _ in calls:
+            pipe.evalsha(sha, *argv)
+        replies = pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            # The server lost its script cache (restart, failover): load and redo
+            # only those calls; they did not run, so nothing is added twice.
+            self._sha = None
+            sha = self._script_sha()
+            redo = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            pipe = self.client.pipeline(transaction=False)
+            for i in redo:
+                pipe.evalsha(sha, *calls[i][0])
+            for i, r in zip(redo, pipe.execute(raise_on_error=False)):
+                replies[i] = r
+        for r in replies:
+            if isinstance(r, (RedisConnectionError, RedisTimeoutError)):
+                raise r
+        return replies
+
+    @staticmethod
+    def _results(batch: list[ClaimedMessage], reply: Any) -> list[DeliveryResult]:
+        if isinstance(reply, Exception):
+            # The whole call failed (e.g. OOM before the script ran).
+            text = str(reply)
+            cls = classify_reply_error(text)
+            return [DeliveryResult(m.seq, error_class=cls, error=f"redis: {text}") for m in batch]
+        out = []
+        for m, item in zip(batch, reply):
+            value = item.decode() if isinstance(item, bytes) else str(item)
+            if value.startswith("!"):
+                text = value[1:]
+                out.append(DeliveryResult(m.seq, error_class=classify_reply_error(text), error=f"redis: {text}"))
+            else:
+                out.append(DeliveryResult(m.seq, delivery_ref=value.lstrip("=")))
+        return out

@@ -1,0 +1,97 @@
+"""Per-container wiring for the Lambda handlers: settings, engine, clients,
+built once on first use (cold start) and reused by warm invocations.
+
+Nothing here runs at import. Tests call `reset()` after changing the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from .backoff import Backoff
+from .config import Settings, get_settings
+from .db import create_relay_engine
+from .errors import ConfigurationError
+from .models import Channel
+from .publishers.base import Publisher
+from .relay import RelayPolicy
+from .store import LeaseStore
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What a relay invocation needs; tests may build their own."""
+
+    settings: Settings
+    store: LeaseStore
+    publisher: Publisher
+    policy: RelayPolicy
+
+
+def redis_url(settings: Settings) -> str:
+    """`REDIS_URL`, or the string of the `REDIS_URL_SECRET_ARN` secret (cached by Powertools)."""
+    if settings.redis_url:
+        return settings.redis_url
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        value = parameters.get_secret(settings.redis_url_secret_arn, max_age=300)
+    except Exception as exc:
+        raise ConfigurationError("REDIS_URL_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    if not value.startswith(("redis://", "rediss://")):
+        raise ConfigurationError("REDIS_URL_SECRET_ARN", "secret must hold a redis:// or rediss:// URL")
+    return value
+
+
+def build_publisher(settings: Settings) -> Publisher:
+    if settings.channel is Channel.REDIS:
+        from .publishers.redis_streams import RedisStreamsPublisher, create_redis_client
+
+        client = create_redis_client(redis_url(settings), socket_timeout_seconds=settings.redis_socket_timeout_seconds)
+        return RedisStreamsPublisher(client, dedupe_ttl_seconds=settings.redis_dedupe_ttl_seconds,
+                                     maxlen=settings.redis_maxlen)
+    from .publishers.ses import build_ses_publisher
+
+    return build_ses_publisher(settings)
+
+
+def build_policy(settings: Settings) -> RelayPolicy:
+    return RelayPolicy(
+        batch_size=settings.batch_size,
+        lease_seconds=settings.lease_seconds,
+        backoff=Backoff(base=settings.backoff_base_seconds, cap=settings.backoff_cap_seconds,
+                        floor=settings.backoff_floor_seconds),
+        throttle_delay_seconds=settings.throttle_delay_seconds,
+    )
+
+
+@functools.cache
+def get_engine() -> Any:
+    return create_relay_engine(get_settings())
+
+
+@functools.cache
+def get_dependencies() -> Dependencies:
+    """Settings, store, publisher and policy for this container (built once)."""
+    settings = get_settings()
+    store = LeaseStore(get_engine(), settings.channel, default_max_attempts=settings.max_attempts,
+                       error_max_chars=settings.error_max_chars)
+    return Dependencies(settings, store, build_publisher(settings), build_policy(settings))
+
+
+def reset() -> None:
+    """Forget every cached object (tests, or after changing the environment)."""
+    if get_engine.cache_info().currsize:
+        get_engine().dispose()
+    get_dependencies.cache_clear()
+    get_engine.cache_clear()
+    get_settings.cache_clear()
+    try:
+        from aws_lambda_powertools.utilities import parameters
+
+        parameters.clear_caches()
+    except Exception:  # pragma: no cover - parameters is optional at runtime
+        pass

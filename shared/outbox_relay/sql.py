@@ -1,0 +1,144 @@
+"""Every SQL statement of the relay, named and kept together.
+
+Rules that hold for all of them (DESIGN.md):
+- time comes from the database: `now()`, never a timestamp from Python;
+- one statement per unit of work, each its own short transaction (works through
+  RDS Proxy and PgBouncer in transaction mode: no session state);
+- every outcome write is fenced on `lease_owner = :owner AND status = 'leased'`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+TABLE = "outbox_message"
+
+# Claim one batch for one channel, in one statement.
+#
+# Two branches, each a plain range scan of its own partial index (an OR across
+# statuses in one scan would lose both indexes):
+#   expired: leased rows whose lease ran out (their holder died or overran),
+#            outbox_message_lease_expiry_idx (channel, lease_expires_at) WHERE leased;
+#   due:     pending rows with available_at <= now(), oldest first,
+#            outbox_message_pending_due_idx (channel, available_at, seq) WHERE pending.
+# Expired leases go first; `due` only fills what they left of the batch.
+# SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
+# A re-claimed row whose attempts already reached its maximum goes to dead
+# with class lease_expired instead of being leased again; it is returned too,
+# so the caller can count it.
+CLAIM = text(
+    """
+    WITH expired AS (
+        SELECT seq FROM outbox_message
+         WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
+         ORDER BY lease_expires_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED
+    ), due AS (
+        SELECT seq FROM outbox_message
+         WHERE status = 'pending' AND channel = :channel AND available_at <= now()
+         ORDER BY available_at, seq
+         LIMIT (SELECT :limit - count(*) FROM expired)
+           FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT seq FROM expired UNION ALL SELECT seq FROM due
+    )
+    UPDATE outbox_message o SET
+        status           = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'dead' ELSE 'leased' END,
+        attempts         = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN o.attempts ELSE o.attempts + 1 END,
+        lease_owner      = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN NULL ELSE :owner END,
+        lease_expires_at = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN NULL
+                                ELSE now() + make_interval(secs => :lease_seconds) END,
+        dead_at          = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN now() ELSE o.dead_at END,
+        last_error_class = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'lease_expired' ELSE o.last_error_class END,
+        last_error       = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts))
+                                THEN 'lease expired with no attempts left (' || o.attempts || ' made); '
+                                     || 'the holder died or overran its lease'
+                                ELSE o.last_error END
+      FROM picked p
+     WHERE o.seq = p.seq
+    RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key,
+              o.payload::text, o.headers::text, o.attempts,
+              coalesce(o.max_attempts, :default_max_attempts),
+              to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    """
+)
+
+# Record the outcomes of one group of claimed messages in one statement,
+# whatever their kinds. Arrays are parallel, one element per message.
+# kind: delivered | retry | dead | release (see models.OutcomeKind).
+# A retry whose attempts reached the maximum becomes dead here, with the
+# database's view of attempts. A release refunds the claim's attempt.
+# Rows not matched (lease lost: taken over, or redriven) are not touched; the
+# caller counts them from the rows returned.
+RECORD_OUTCOMES = text(
+    """
+    WITH v AS (
+        SELECT * FROM unnest(
+            CAST(:seqs AS bigint[]), CAST(:kinds AS text[]), CAST(:error_classes AS text[]),
+            CAST(:errors AS text[]), CAST(:refs AS text[]), CAST(:delays AS float8[])
+        ) AS v(seq, kind, error_class, error, ref, delay)
+    ), decided AS (
+        SELECT v.*,
+               CASE WHEN v.kind = 'delivered' THEN 'delivered'
+                    WHEN v.kind = 'dead' THEN 'dead'
+                    WHEN v.kind = 'retry'
+                         AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts) THEN 'dead'
+                    ELSE 'pending' END AS new_status
+          FROM v JOIN outbox_message o ON o.seq = v.seq
+         WHERE o.status = 'leased' AND o.lease_owner = :owner
+    )
+    UPDATE outbox_message o SET
+        status           = d.new_status,
+        attempts         = CASE WHEN d.kind = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+        available_at     = CASE WHEN d.new_status = 'pending'
+                                THEN now() + make_interval(secs => d.delay) ELSE o.available_at END,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        delivered_at     = CASE WHEN d.new_status = 'delivered' THEN now() ELSE o.delivered_at END,
+        delivery_ref     = coalesce(d.ref, o.delivery_ref),
+        dead_at          = CASE WHEN d.new_status = 'dead' THEN now() ELSE o.dead_at END,
+        last_error       = coalesce(d.error, o.last_error),
+        last_error_class = coalesce(d.error_class, o.last_error_class)
+      FROM decided d
+     WHERE o.seq = d.seq AND o.status = 'leased' AND o.lease_owner = :owner
+    RETURNING o.seq, o.status
+    """
+)
+
+INSERT_MESSAGE = text(
+    """
+    INSERT INTO outbox_message
+        (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
+    VALUES
+        (:message_id, :channel, :destination, :type, :key, CAST(:payload AS jsonb),
+         CAST(:headers AS jsonb), :max_attempts,
+         coalesce(CAST(:deliver_at AS timestamptz), now()))
+    ON CONFLICT (message_id) DO NOTHING
+    """
+)
+
+# Bulk enqueue: one statement per chunk, parallel arrays.
+INSERT_MESSAGES_BULK = text(
+    """
+    INSERT INTO outbox_message
+        (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
+    SELECT m.message_id, m.channel, m.destination, m.type, m.key, m.payload::jsonb,
+           m.headers::jsonb, m.max_attempts, coalesce(m.deliver_at, now())
+      FROM unnest(
+            CAST(:message_ids AS uuid[]), CAST(:channels AS text[]), CAST(:destinations AS text[]),
+            CAST(:types AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
+            CAST(:headers AS text[]), CAST(:max_attempts AS int[]), CAST(:deliver_ats AS timestamptz[])
+           ) AS m(message_id, channel, destination, type, key, payload, headers, max_attempts, deliver_at)
+    ON CONFLICT (message_id) DO NOTHING
+    """
+)
+
+# Oldest pending age per channel, seconds, by the database clock (backlog metric).
+OLDEST_PENDING_AGE = text(
+    """
+    SELECT coalesce(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
+      FROM outbox_message
+     WHERE status = 'pending' AND channel = :channel AND available_at <= now()
+    """
+)

@@ -1,0 +1,140 @@
+"""The lease store: claim a batch, record outcomes, all fenced and on the database clock."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Sequence
+
+from sqlalchemy import Engine
+
+from . import sql
+from .db import run_with_retry
+from .models import Channel, ClaimedMessage, Outcome, OutcomeKind, Status
+
+
+def lease_token(request_id: str) -> str:
+    """A lease owner token unique to one invocation: the Lambda request id plus
+    64 random bits. Never a stable worker or function name: a retried or
+    duplicated invocation with the same request id must not pass the fence."""
+    return f"{request_id}:{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """What one outcome write did. `lease_lost` counts outcomes that matched no
+    row we still hold (taken over after expiry, or redriven): nothing was written."""
+
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    lease_lost: int = 0
+    lost_seqs: tuple[int, ...] = ()
+
+
+class LeaseStore:
+    """Claims and outcome writes for one channel, one statement each.
+
+    `engine` must be an autocommit engine (see `db.create_relay_engine`);
+    `default_max_attempts` applies to messages enqueued without their own.
+    """
+
+    def __init__(self, engine: Engine, channel: Channel, *, default_max_attempts: int, error_max_chars: int = 1000):
+        self.engine = engine
+        self.channel = channel
+        self.default_max_attempts = default_max_attempts
+        self.error_max_chars = error_max_chars
+
+    def claim(self, owner: str, limit: int, lease_seconds: float) -> list[ClaimedMessage]:
+        """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`.
+
+        One statement: expired leases first, then due pending rows, oldest
+        first, `FOR UPDATE SKIP LOCKED`. Returned messages with status DEAD were
+        re-claimed with no attempts left and dead-lettered (`lease_expired`)
+        by the same statement; the rest are LEASED to `owner`.
+        """
+        if limit <= 0:
+            return []
+        params = {
+            "channel": self.channel.value,
+            "limit": int(limit),
+            "owner": owner,
+            "lease_seconds": float(lease_seconds),
+            "default_max_attempts": self.default_max_attempts,
+        }
+
+        def work(conn):
+            return conn.execute(sql.CLAIM, params).fetchall()
+
+        rows = run_with_retry(self.engine, work)
+        messages = [ClaimedMessage.from_row(r) for r in rows]
+        messages.sort(key=lambda m: m.seq)
+        return messages
+
+    def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
+        """Write `outcomes` for messages leased to `owner`, in one statement.
+
+        Fenced: a row is changed only while `status = 'leased' AND lease_owner
+        = owner`; others are counted in `lease_lost` and left as they are.
+        Error texts are truncated to `error_max_chars`.
+        """
+        if not outcomes:
+            return RecordResult()
+        cap = self.error_max_chars
+        params = {
+            "owner": owner,
+            "default_max_attempts": self.default_max_attempts,
+            "seqs": [o.seq for o in outcomes],
+            "kinds": [o.kind.value for o in outcomes],
+            "error_classes": [o.error_class.value if o.error_class else None for o in outcomes],
+            "errors": [truncate(o.error, cap) for o in outcomes],
+            "refs": [o.delivery_ref for o in outcomes],
+            "delays": [float(o.delay_seconds) for o in outcomes],
+        }
+
+        def work(conn):
+            return conn.execute(sql.RECORD_OUTCOMES, params).fetchall()
+
+        rows = run_with_retry(self.engine, work)
+        kinds = {o.seq: o.kind for o in outcomes}
+        delivered = retried = dead = released = 0
+        done = set()
+        for seq, status in rows:
+            done.add(seq)
+            if status == Status.DELIVERED.value:
+                delivered += 1
+            elif status == Status.DEAD.value:
+                dead += 1
+            elif kinds[seq] is OutcomeKind.RELEASE:
+                released += 1
+            else:
+                retried += 1
+        lost = tuple(o.seq for o in outcomes if o.seq not in done)
+        return RecordResult(delivered, retried, dead, released, len(lost), lost)
+
+    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
+                error_class=None, error: str | None = None) -> RecordResult:
+        """Give back messages not delivered, refunding the claim's attempt."""
+        return self.record(owner, [Outcome(s, OutcomeKind.RELEASE, error_class, error, None, delay_seconds)
+                                   for s in seqs])
+
+    def oldest_pending_age_seconds(self) -> float:
+        """Age in seconds of the oldest due pending message (0 when none), by the database clock."""
+        return float(run_with_retry(
+            self.engine, lambda c: c.execute(sql.OLDEST_PENDING_AGE, {"channel": self.channel.value}).scalar_one()
+        ))
+
+
+def truncate(text: str | None, limit: int) -> str | None:
+    """Cut `text` to at most `limit` characters, marking the cut."""
+    if text is None or len(text) <= limit:
+        return text
+    marker = f"… [truncated, {len(text)} chars]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def process_tag() -> str:
+    """A short tag for the local process (pid), for locally invoked lease owners."""
+    return f"local-{os.getpid()}"

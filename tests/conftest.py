@@ -1,0 +1,110 @@
+"""Fixtures shared by every test layer.
+
+Servers are found like `outbox demo` finds them (DATABASE_URL / REDIS_URL,
+then the local services on their standard ports, then embedded servers from
+pip). Each test gets its own database, cloned from a migrated template
+database made once per run, and its own Redis key prefix; both are removed
+afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+import redis as redis_lib
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from outbox_relay import runtime
+from outbox_relay.local import Servers, create_database, drop_database, find_servers, with_database
+from outbox_relay.migrate import upgrade
+
+RUN_ID = uuid.uuid4().hex[:8]
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    found = find_servers()
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(servers: Servers) -> Iterator[str]:
+    """A migrated database that every test's database is cloned from."""
+    name = f"outbox_test_{RUN_ID}_tpl"
+    drop_database(servers.database_url, name)
+    create_database(servers.database_url, name)
+    engine = create_engine(with_database(servers.database_url, name), poolclass=NullPool)
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    drop_database(servers.database_url, name)
+
+
+@pytest.fixture
+def database_url(servers: Servers, template_db: str) -> Iterator[str]:
+    """URL of a fresh, migrated database for this test only."""
+    name = f"outbox_test_{RUN_ID}_{os.getpid()}_{next(_counter)}"
+    admin = create_engine(servers.database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
+    admin.dispose()
+    yield with_database(servers.database_url, name)
+    drop_database(servers.database_url, name)
+
+
+@pytest.fixture
+def app_engine(database_url: str) -> Iterator[Engine]:
+    """An engine as an application would use it (transactions, for the producer API)."""
+    engine = create_engine(database_url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def relay_engine(database_url: str) -> Iterator[Engine]:
+    """An autocommit engine, as the relay uses it."""
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_size=4)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix of this test's own; stream names in the test start with it."""
+    return f"t{RUN_ID}{os.getpid()}x{next(_counter)}."
+
+
+@pytest.fixture
+def redis_client(servers: Servers, redis_prefix: str) -> Iterator[redis_lib.Redis]:
+    client = redis_lib.Redis.from_url(servers.redis_url, decode_responses=True)
+    yield client
+    for pattern in (f"{redis_prefix}*", f"{{{redis_prefix}*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i:i + 500])
+    client.close()
+
+
+@pytest.fixture
+def relay_env(monkeypatch: pytest.MonkeyPatch, database_url: str, servers: Servers) -> Iterator[None]:
+    """Environment for the real handler on this test's database and Redis."""
+    for key in list(os.environ):
+        if key.startswith("OUTBOX_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("REDIS_URL", servers.redis_url)
+    monkeypatch.setenv("OUTBOX_CHANNEL", "redis")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "OutboxRelayTest")
+    monkeypatch.delenv("DATABASE_SECRET_ARN", raising=False)
+    monkeypatch.delenv("REDIS_URL_SECRET_ARN", raising=False)
+    runtime.reset()
+    yield
+    runtime.reset()
