@@ -8,7 +8,7 @@ which stops a Lambda cold start before any message is touched.
 from __future__ import annotations
 
 import functools
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     """The relay's configuration. Field docs name the variable and the unit."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True)
+
+    #: These settings drive a relay (claims under a lease, a downstream). The
+    #: maintenance function's settings (`MaintenanceSettings`) do not, and skip
+    #: the relay-only relations below.
+    relays: ClassVar[bool] = True
 
     # --- what this function relays ---
     channel: Channel = Channel.REDIS  # OUTBOX_CHANNEL: redis | ses
@@ -85,7 +90,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_relations(self) -> "Settings":
-        if self.lease_seconds <= self.function_timeout_seconds:
+        if self.relays and self.lease_seconds <= self.function_timeout_seconds:
             raise ValueError(
                 f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s) must be longer than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), "
@@ -99,11 +104,22 @@ class Settings(BaseSettings):
             raise ValueError("DATABASE_URL: set DATABASE_URL or DATABASE_SECRET_ARN")
         if self.database_url is not None and not self.database_url.startswith("postgresql"):
             raise ValueError("DATABASE_URL: must be a SQLAlchemy PostgreSQL URL, postgresql+pg8000://…")
-        if self.channel is Channel.REDIS and self.redis_url is None and self.redis_url_secret_arn is None:
+        if self.relays and self.channel is Channel.REDIS and self.redis_url is None and self.redis_url_secret_arn is None:
             raise ValueError("REDIS_URL: set REDIS_URL or REDIS_URL_SECRET_ARN for OUTBOX_CHANNEL=redis")
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("REDIS_URL: must start with redis://, rediss:// or unix://")
         return self
+
+
+class MaintenanceSettings(Settings):
+    """Settings of the maintenance function (retention purge, backlog metrics,
+    redrive): the database and the retention windows
+    (`OUTBOX_RETAIN_DELIVERED_SECONDS`, `OUTBOX_RETAIN_DEAD_SECONDS`).
+
+    It claims nothing and publishes nothing, so it needs no Redis URL and its
+    timeout is not compared with the lease; every other check applies."""
+
+    relays: ClassVar[bool] = False
 
 
 _RELATION_VARS = (
@@ -113,6 +129,9 @@ _RELATION_VARS = (
 
 
 def _variable_for(field: str) -> str:
+    aliases = {i.validation_alias for i in Settings.model_fields.values() if isinstance(i.validation_alias, str)}
+    if field in aliases:
+        return field
     info = Settings.model_fields.get(field)
     if info is not None and isinstance(info.validation_alias, str):
         return info.validation_alias
@@ -127,8 +146,17 @@ def load_settings(**overrides: object) -> Settings:
     Raises `ConfigurationError` whose `variable` is the environment variable at
     fault and whose text says what is wrong with it.
     """
+    return _load(Settings, overrides)
+
+
+def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
+    """Like `load_settings`, for the maintenance function (`MaintenanceSettings`)."""
+    return _load(MaintenanceSettings, overrides)  # type: ignore[return-value]
+
+
+def _load(cls: type[Settings], overrides: dict[str, object]) -> Settings:
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return cls(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first.get("loc") or ()

@@ -8,6 +8,7 @@ Nothing here commits, opens a connection or reads the environment.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping
@@ -22,6 +23,8 @@ from .models import Channel
 #: but a stream entry should stay small; put big documents elsewhere and send a reference.
 MAX_EVENT_PAYLOAD_BYTES = 1024 * 1024
 MAX_NAME_CHARS = 512
+# A JSON escape of NUL: \u0000 preceded by an even number of backslashes.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 BULK_CHUNK = 1000
 
 
@@ -30,7 +33,7 @@ def _json_text(value: Any, field: str, limit: int) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(field, f"must be JSON-serialisable ({exc})") from None
-    if "\x00" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL jsonb cannot store the NUL character (\u0000).
         raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
     size = len(text.encode("utf-8"))

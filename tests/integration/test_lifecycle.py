@@ -1,0 +1,192 @@
+"""Every transition of DESIGN.md's lifecycle table, checked on the rows and the stream."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+
+from outbox_relay.models import DeliveryResult, ErrorClass, Outcome, OutcomeKind, Status
+from outbox_relay.producer import enqueue_event
+from outbox_relay.relay import run_batch
+
+
+def test_enqueue_writes_pending_with_zero_attempts(app_engine, rows, redis_prefix):
+    # Given an application transaction
+    with app_engine.begin() as conn:
+        mid = enqueue_event(conn, stream=redis_prefix + "orders", type="order.placed", payload={"n": 1})
+    # Then one pending row, due now, no attempts yet
+    (row,) = rows()
+    assert (row["message_id"], row["status"], row["attempts"], row["due"]) == (mid, "pending", 0, True)
+    assert row["lease_owner"] is None and row["payload"] == {"n": 1}
+
+
+def test_enqueue_with_a_delivery_time_is_not_due_yet(app_engine, rows, store, redis_prefix):
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, deliver_at=later)
+    assert rows()[0]["due"] is False
+    assert store.claim("owner-a", 10, 30) == []
+
+
+def test_enqueue_is_idempotent_on_message_id(app_engine, rows, redis_prefix):
+    mid = uuid.uuid4()
+    with app_engine.begin() as conn:
+        first = enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 1}, message_id=mid)
+    with app_engine.begin() as conn:
+        again = enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 2}, message_id=mid)
+    assert first == again == mid
+    assert [(r["message_id"], r["payload"]) for r in rows()] == [(mid, {"v": 1})]
+
+
+def test_rolled_back_transaction_leaves_no_message(app_engine, rows, redis_prefix):
+    with pytest.raises(RuntimeError):
+        with app_engine.begin() as conn:
+            enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={})
+            raise RuntimeError("business rule failed")
+    assert rows() == []
+
+
+def test_claim_leases_due_pending_rows_and_counts_the_attempt(enqueue, store, rows):
+    enqueue(3)
+    claimed = store.claim("owner-a", 10, 30)
+    assert [m.status for m in claimed] == [Status.LEASED] * 3
+    for row in rows():
+        assert row["status"] == "leased" and row["attempts"] == 1 and row["lease_owner"] == "owner-a"
+        assert 28 < row["lease_left"] <= 30  # now() + lease, by the database clock
+
+
+def test_claim_respects_the_limit_and_takes_oldest_first(enqueue, store):
+    ids = enqueue(5)
+    assert [m.message_id for m in store.claim("a", 2, 30)] == ids[:2]
+    assert [m.message_id for m in store.claim("b", 10, 30)] == ids[2:]
+    assert store.claim("c", 10, 30) == []  # leases still hold
+
+
+def test_expired_lease_is_reclaimed_with_another_attempt(enqueue, store, rows, expire_leases):
+    enqueue(1)
+    store.claim("a", 10, 30)
+    expire_leases()
+    (again,) = store.claim("b", 10, 30)
+    assert again.status is Status.LEASED and again.attempts == 2
+    assert rows()[0]["lease_owner"] == "b"
+
+
+def test_expired_lease_with_no_attempts_left_goes_dead(enqueue, store, rows, expire_leases):
+    enqueue(1, max_attempts=2)
+    store.claim("a", 10, 30)
+    expire_leases()
+    store.claim("b", 10, 30)
+    expire_leases()
+    (dead,) = store.claim("c", 10, 30)
+    assert dead.status is Status.DEAD
+    row = rows()[0]
+    assert (row["status"], row["attempts"], row["last_error_class"]) == ("dead", 2, "lease_expired")
+    assert row["lease_owner"] is None and row["dead_at"] is not None
+
+
+def test_delivered_records_the_stream_entry_id(enqueue, store, publisher, policy, plenty, rows, redis_client,
+                                               redis_prefix):
+    ids = enqueue(2, stream="orders", type="order.placed", payload={"total": "9.90", "note": "맵게 🌶️"}, key="k-1")
+    summary = run_batch(store, publisher, policy, plenty, "owner-a")
+    assert (summary.claimed, summary.delivered) == (2, 2)
+    entries = redis_client.xrange(redis_prefix + "orders")
+    assert [f["id"] for _, f in entries] == [str(i) for i in ids]
+    entry_id, fields = entries[0]
+    assert fields["type"] == "order.placed" and fields["key"] == "k-1"
+    assert fields["payload"] == '{"note": "맵게 🌶️", "total": "9.90"}'
+    assert fields["created_at"].endswith("Z")
+    row = rows()[0]
+    assert (row["status"], row["delivery_ref"], row["attempts"]) == ("delivered", entry_id, 1)
+    assert row["delivered_at"] is not None and row["lease_owner"] is None
+
+
+def test_transient_failure_retries_after_backoff(enqueue, store, rows):
+    enqueue(1)
+    (m,) = store.claim("a", 10, 30)
+    result = store.record("a", [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "timeout", None, 20.0)])
+    assert result.retried == 1
+    row = rows()[0]
+    assert (row["status"], row["attempts"], row["last_error_class"]) == ("pending", 1, "transient")
+    assert 18 < row["due_in"] <= 20 and row["last_error"] == "timeout"
+    assert store.claim("b", 10, 30) == []  # not due before its backoff
+
+
+def test_transient_failure_at_max_attempts_goes_dead(enqueue, store, rows, app_engine):
+    enqueue(1, max_attempts=2)
+    for owner in ("a", "b"):
+        with app_engine.begin() as conn:  # make it due again without waiting for the backoff
+            conn.execute(text("UPDATE outbox_message SET available_at = now() WHERE status = 'pending'"))
+        (m,) = store.claim(owner, 10, 30)
+        result = store.record(owner, [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "boom", None, 0)])
+    assert (result.retried, result.dead) == (0, 1)
+    row = rows()[0]
+    assert (row["status"], row["attempts"], row["last_error_class"]) == ("dead", 2, "transient")
+
+
+def test_permanent_failure_is_dead_lettered_at_once(enqueue, store, publisher, policy, plenty, rows,
+                                                    redis_client, redis_prefix):
+    redis_client.set(redis_prefix + "wrong", "a string, not a stream")
+    enqueue(1, stream="wrong")
+    enqueue(1, stream="fine")
+    summary = run_batch(store, publisher, policy, plenty, "a")
+    assert (summary.delivered, summary.dead) == (1, 1)
+    bad, good = rows()
+    assert (bad["status"], bad["attempts"], bad["last_error_class"]) == ("dead", 1, "permanent")
+    assert bad["last_error"].startswith("redis: WRONGTYPE")
+    assert good["status"] == "delivered"
+    assert redis_client.xlen(redis_prefix + "fine") == 1
+
+
+@pytest.mark.parametrize("error_class", [ErrorClass.THROTTLED, ErrorClass.DOWNSTREAM_UNAVAILABLE,
+                                         ErrorClass.NOT_ATTEMPTED])
+def test_not_the_messages_fault_refunds_the_attempt(enqueue, store, rows, error_class):
+    enqueue(1)
+    (m,) = store.claim("a", 10, 30)
+    result = store.record("a", [Outcome(m.seq, OutcomeKind.RELEASE, error_class, "later", None, 0)])
+    assert result.released == 1
+    row = rows()[0]
+    assert (row["status"], row["attempts"], row["last_error_class"]) == ("pending", 0, error_class.value)
+
+
+def test_errors_are_truncated(enqueue, store, rows):
+    enqueue(1)
+    (m,) = store.claim("a", 10, 30)
+    store.record("a", [Outcome(m.seq, OutcomeKind.DEAD, ErrorClass.PERMANENT, "x" * 5000)])
+    error = rows()[0]["last_error"]
+    assert len(error) <= 300 and "truncated, 5000 chars" in error
+
+
+def test_claim_and_record_use_the_database_clock(enqueue, store, rows, app_engine):
+    enqueue(1)
+    with app_engine.connect() as conn:
+        before = conn.execute(text("SELECT now()")).scalar_one()
+    (m,) = store.claim("a", 10, 30)
+    row = rows()[0]
+    assert timedelta(seconds=29) < row["lease_expires_at"] - before < timedelta(seconds=31)
+    store.record("a", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
+    assert rows()[0]["delivered_at"] >= before
+
+
+def test_delivery_results_for_unknown_messages_are_ignored(enqueue, store, rows, policy, plenty):
+    """A publisher reporting a seq it was not given cannot touch other rows."""
+    enqueue(2)
+
+    class Confused:
+        channel = store.channel
+
+        def gate(self):
+            return None
+
+        def claim_limit(self, batch_size, seconds):
+            return 1
+
+        def deliver(self, messages, deadline, record):
+            record([DeliveryResult(messages[0].seq + 1, delivery_ref="9-9"),
+                    DeliveryResult(messages[0].seq, delivery_ref="1-1")])
+
+    summary = run_batch(store, Confused(), policy, plenty, "a")
+    assert summary.delivered == 1
+    assert [r["status"] for r in rows()] == ["delivered", "pending"]

@@ -1,0 +1,112 @@
+"""Idempotent publish, trimming, per-message errors and script-cache loss, on a real Redis."""
+
+from __future__ import annotations
+
+import redis as redis_lib
+
+from outbox_relay.models import ClaimedMessage, Status
+from outbox_relay.publishers.redis_streams import RedisStreamsPublisher, dedupe_key
+from outbox_relay.relay import run_batch
+
+
+def collect(publisher, messages, deadline):
+    got = []
+    publisher.deliver(messages, deadline, got.extend)
+    return {r.seq: r for r in got}
+
+
+def test_republishing_returns_the_first_entry_id_and_adds_nothing(enqueue, store, publisher, plenty,
+                                                                  redis_client, redis_prefix, expire_leases):
+    # Given a batch published once whose ack was lost (nothing recorded)
+    enqueue(3, stream="orders")
+    first_claim = store.claim("a", 10, 30)
+    first = collect(publisher, first_claim, plenty)
+    # When the lease expires and another invocation publishes the same messages
+    expire_leases()
+    second_claim = store.claim("b", 10, 30)
+    second = collect(publisher, second_claim, plenty)
+    # Then the same entry ids come back and the stream holds each message once
+    assert {s: r.delivery_ref for s, r in first.items()} == {s: r.delivery_ref for s, r in second.items()}
+    assert redis_client.xlen(redis_prefix + "orders") == 3
+
+
+def test_dedupe_key_expires_after_the_configured_ttl(enqueue, store, servers, plenty, redis_client, redis_prefix):
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=90)
+    enqueue(1, stream="ttl")
+    (m,) = store.claim("a", 10, 30)
+    collect(publisher, [m], plenty)
+    key = dedupe_key(redis_prefix + "ttl", str(m.message_id))
+    assert 85_000 < redis_client.pttl(key) <= 90_000
+    client.close()
+
+
+def test_maxlen_trims_the_stream_approximately(enqueue, store, servers, plenty, redis_client, redis_prefix):
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=100)
+    enqueue(1000, stream="trim")
+    collect(publisher, store.claim("a", 1000, 30), plenty)
+    length = redis_client.xlen(redis_prefix + "trim")
+    assert 100 <= length < 1000  # MAXLEN ~ trims whole macro nodes: at least 100 kept
+    client.close()
+
+
+def test_a_wrong_type_key_fails_only_its_own_messages(enqueue, store, publisher, plenty, redis_client, redis_prefix):
+    redis_client.hset(redis_prefix + "taken", "f", "v")
+    enqueue(2, stream="taken")
+    enqueue(2, stream="ok")
+    results = collect(publisher, store.claim("a", 10, 30), plenty)
+    errors = sorted(r.error_class.value for r in results.values() if not r.ok)
+    assert errors == ["permanent", "permanent"]
+    assert sum(r.ok for r in results.values()) == 2
+    assert redis_client.xlen(redis_prefix + "ok") == 2
+
+
+def test_publish_survives_a_flushed_script_cache(enqueue, store, publisher, plenty, redis_client, redis_prefix):
+    enqueue(1, stream="a")
+    collect(publisher, store.claim("a", 10, 30), plenty)
+    redis_client.script_flush()  # as after a restart or failover
+    enqueue(1, stream="a")
+    results = collect(publisher, store.claim("b", 10, 30), plenty)
+    assert all(r.ok for r in results.values())
+    assert redis_client.xlen(redis_prefix + "a") == 2
+
+
+def test_one_pipelined_round_trip_per_batch(enqueue, store, servers, policy, plenty, redis_prefix):
+    """Whatever the batch size and number of streams, publishing is one round trip."""
+
+    class CountingConnection(redis_lib.Connection):
+        reads = 0
+
+        def read_response(self, *args, **kwargs):
+            return super().read_response(*args, **kwargs)
+
+        def send_packed_command(self, command, check_health=True):
+            CountingConnection.reads += 1
+            return super().send_packed_command(command, check_health)
+
+    pool = redis_lib.ConnectionPool.from_url(servers.redis_url, connection_class=CountingConnection)
+    client = redis_lib.Redis(connection_pool=pool)
+    publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=3600)
+    publisher.gate()
+    publisher._script_sha()
+    sends = []
+    for n, streams in ((10, 1), (300, 3), (1200, 4)):
+        for s in range(streams):
+            enqueue(n // streams, stream=f"rt{s}")
+        CountingConnection.reads = 0
+        messages = store.claim(f"o{n}", n, 30)
+        collect(publisher, messages, plenty)
+        sends.append(CountingConnection.reads)
+    assert sends == [1, 1, 1]
+    client.close()
+
+
+def test_entries_carry_headers_when_given(app_engine, store, publisher, plenty, redis_client, redis_prefix):
+    from outbox_relay.producer import enqueue_event
+
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "h", type="t", payload=[1, 2], headers={"trace_id": "abc"})
+    collect(publisher, store.claim("a", 10, 30), plenty)
+    ((_, fields),) = redis_client.xrange(redis_prefix + "h")
+    assert fields["headers"] == '{"trace_id": "abc"}' and fields["payload"] == "[1, 2]" and "key" not in fields

@@ -1,0 +1,90 @@
+"""Bad input is refused at enqueue with the field named, and nothing is written."""
+
+import math
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from outbox_relay.errors import InvalidMessageError
+from outbox_relay.producer import MAX_EVENT_PAYLOAD_BYTES, enqueue_event, enqueue_events_bulk
+
+
+class RecordingConnection:
+    """Stands in for a SQLAlchemy Connection: records statements, opens no socket."""
+
+    def __init__(self):
+        self.calls = []
+
+    def execute(self, statement, params=None):
+        self.calls.append((statement, params))
+
+
+def good(**overrides):
+    args = dict(stream="orders", type="order.placed", payload={"id": 1})
+    args.update(overrides)
+    return args
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        (dict(stream=""), "stream", "at least 1 character"),
+        (dict(stream="  "), "stream", "blank"),
+        (dict(stream="a{b"), "stream", "hash tag"),
+        (dict(stream="a}b"), "stream", "hash tag"),
+        (dict(stream="{}x"), "stream", "hash tag"),
+        (dict(stream=7), "stream", "valid string"),
+        (dict(type=""), "type", "at least 1 character"),
+        (dict(type=" "), "type", "blank"),
+        (dict(payload={"when": datetime.now()}), "payload", "JSON-serialisable"),
+        (dict(payload={"x": math.nan}), "payload", "JSON-serialisable"),
+        (dict(payload={"x": "a\x00b"}), "payload", "NUL"),
+        (dict(payload="x" * MAX_EVENT_PAYLOAD_BYTES), "payload", "limit"),
+        (dict(message_id="not-a-uuid"), "message_id", "UUID"),
+        (dict(deliver_at=datetime(2030, 1, 1)), "deliver_at", "timezone-aware"),
+        (dict(max_attempts=0), "max_attempts", "greater than or equal to 1"),
+        (dict(key="k" * 600), "key", "at most 512"),
+        (dict(headers={"trace": 5}), "headers.trace", "valid string"),
+    ],
+)
+def test_invalid_event_names_the_field_and_writes_nothing(overrides, field, fragment):
+    conn = RecordingConnection()
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_event(conn, **good(**overrides))
+    assert info.value.field == field
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(f"{field}: ")
+    assert conn.calls == []
+
+
+def test_valid_event_is_written_once_with_its_id():
+    conn = RecordingConnection()
+    mid = uuid.uuid4()
+    when = datetime.now(timezone.utc) + timedelta(minutes=5)
+    assert enqueue_event(conn, **good(message_id=str(mid), deliver_at=when, key="k1")) == mid
+    (_, params), = conn.calls
+    assert params["message_id"] == mid and params["destination"] == "orders" and params["deliver_at"] == when
+    assert params["payload"] == '{"id":1}'
+
+
+def test_unicode_payload_is_kept_as_utf8_json():
+    conn = RecordingConnection()
+    enqueue_event(conn, **good(payload={"note": "맵게 🌶️ crème"}))
+    assert conn.calls[0][1]["payload"] == '{"note":"맵게 🌶️ crème"}'
+
+
+def test_bulk_validates_everything_before_writing():
+    conn = RecordingConnection()
+    messages = [good(payload={"n": i}) for i in range(5)] + [good(type="")]
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_events_bulk(conn, messages)
+    assert info.value.field == "messages[5].type"
+    assert conn.calls == []
+
+
+def test_bulk_uses_one_statement_per_chunk():
+    conn = RecordingConnection()
+    ids = enqueue_events_bulk(conn, [good(payload={"n": i}) for i in range(2500)])
+    assert len(ids) == 2500 and len(set(ids)) == 2500
+    assert [len(p["message_ids"]) for _, p in conn.calls] == [1000, 1000, 500]

@@ -1,0 +1,35 @@
+"""What the relay records for each delivery result (relay.to_outcome)."""
+
+import uuid
+
+import pytest
+
+from outbox_relay.backoff import Backoff
+from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, OutcomeKind, Status
+from outbox_relay.relay import RelayPolicy, to_outcome
+
+POLICY = RelayPolicy(batch_size=10, lease_seconds=120,
+                     backoff=Backoff(base=1, cap=100, floor=0, uniform=lambda lo, hi: hi),
+                     throttle_delay_seconds=3)
+MSG = ClaimedMessage(1, uuid.uuid4(), Status.LEASED, "s", "t", None, "{}", None, 4, 10, "2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize(
+    ("result", "kind", "delay"),
+    [
+        (DeliveryResult(1, delivery_ref="1-0"), OutcomeKind.DELIVERED, 0.0),
+        (DeliveryResult(1, error_class=ErrorClass.PERMANENT, error="bad"), OutcomeKind.DEAD, 0.0),
+        (DeliveryResult(1, error_class=ErrorClass.TRANSIENT, error="net"), OutcomeKind.RETRY, 8.0),  # 1*2^(4-1)
+        (DeliveryResult(1, error_class=ErrorClass.TRANSIENT, retry_after_seconds=30), OutcomeKind.RETRY, 30.0),
+        (DeliveryResult(1, error_class=ErrorClass.THROTTLED), OutcomeKind.RELEASE, 3.0),
+        (DeliveryResult(1, error_class=ErrorClass.THROTTLED, retry_after_seconds=3600), OutcomeKind.RELEASE, 3600.0),
+        (DeliveryResult(1, error_class=ErrorClass.DOWNSTREAM_UNAVAILABLE), OutcomeKind.RELEASE, 0.0),
+        (DeliveryResult(1, error_class=ErrorClass.CONFIGURATION), OutcomeKind.RELEASE, 0.0),
+        (DeliveryResult(1, error_class=ErrorClass.NOT_ATTEMPTED), OutcomeKind.RELEASE, 0.0),
+    ],
+)
+def test_outcome_table(result, kind, delay):
+    outcome = to_outcome(result, MSG, POLICY)
+    assert outcome.kind is kind
+    assert outcome.delay_seconds == delay
+    assert outcome.error_class is result.error_class

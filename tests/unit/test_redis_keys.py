@@ -1,0 +1,40 @@
+"""Dedupe keys live in the stream's Redis Cluster hash slot."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from outbox_relay.producer import check_stream_name
+from outbox_relay.publishers.redis_streams import classify_reply_error, dedupe_key
+from outbox_relay.models import ErrorClass
+
+names = st.text(min_size=1, max_size=40).filter(lambda s: "{" not in s and "}" not in s)
+
+
+@given(stream=names)
+def test_plain_stream_dedupe_key_shares_its_slot(stream):
+    key = dedupe_key(stream, "6f1c1d2e-0000-4000-8000-000000000001")
+    assert key_slot(key.encode()) == key_slot(stream.encode())
+
+
+@given(before=names, tag=names, after=names)
+def test_hash_tagged_stream_dedupe_key_shares_its_slot(before, tag, after):
+    stream = f"{before}{{{tag}}}{after}"
+    check_stream_name(stream)
+    key = dedupe_key(stream, "6f1c1d2e-0000-4000-8000-000000000001")
+    assert key_slot(key.encode()) == key_slot(stream.encode())
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", ErrorClass.PERMANENT),
+        ("OOM command not allowed when used memory > 'maxmemory'.", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("READONLY You can't write against a read only replica.", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("LOADING Redis is loading the dataset in memory", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("ERR something unexpected", ErrorClass.TRANSIENT),
+    ],
+)
+def test_reply_errors_are_classified(reply, expected):
+    assert classify_reply_error(reply) is expected
