@@ -121,28 +121,36 @@ def relay(event_path: str, timeout: float | None, function: str) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(as_json: bool) -> None:
-    """Counts per channel and status, and the oldest pending age."""
-    from .ops import queue_stats
+    """Counts per channel and status, messages due now, leased now and expired
+    leases, dead in the last hour and day, and the oldest due pending message's
+    age (seconds, by the database clock)."""
+    from .ops import format_seconds, queue_stats
 
     engine = _engine()
-    data = queue_stats(engine)
-    engine.dispose()
+    try:
+        data = queue_stats(engine)
+    finally:
+        engine.dispose()
     if as_json:
         _echo_json(data)
+        return
+    if not data["channels"]:
+        click.echo("the outbox is empty")
         return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="outbox")
     for col in ("channel", "pending", "due now", "leased", "expired leases", "delivered", "dead",
-                "dead 1h", "dead 24h", "oldest pending (s)"):
+                "dead 1h", "dead 24h", "oldest pending"):
         table.add_column(col, justify="right" if col != "channel" else "left")
-    for ch in data["channels"]:
+    rows = data["channels"] + ([dict(data["totals"], channel="total")] if len(data["channels"]) > 1 else [])
+    for ch in rows:
         table.add_row(ch["channel"], str(ch["pending"]), str(ch["due_now"]), str(ch["leased"]),
                       str(ch["expired_leases"]), str(ch["delivered"]), str(ch["dead"]),
                       str(ch["dead_last_hour"]), str(ch["dead_last_day"]),
-                      f"{ch['oldest_pending_age_seconds']:.1f}")
-    Console().print(table)
+                      format_seconds(ch["oldest_pending_age_seconds"]))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 @main.command()
@@ -170,3 +178,7 @@ def _register_optional() -> None:
 
 
 _register_optional()
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,8 @@ from collections import defaultdict
 from typing import Any, Sequence
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -97,13 +99,19 @@ def classify_reply_error(text: str) -> ErrorClass:
 
 def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0) -> redis.Redis:
     """A client for `redis://` or `rediss://` (TLS, certificate verified) URLs,
-    with AUTH from the URL, as ElastiCache in-transit encryption needs."""
+    with AUTH from the URL, as ElastiCache in-transit encryption needs.
+
+    A failed command is retried once on a new connection after 0.1 s (a
+    connection that died while the container was frozen); re-sending the
+    publish script is safe because it is idempotent. `socket_timeout_seconds`
+    bounds connect and each reply, in seconds.
+    """
     return redis.Redis.from_url(
         url,
         socket_timeout=socket_timeout_seconds,
         socket_connect_timeout=socket_timeout_seconds,
         health_check_interval=30,
-        retry_on_timeout=False,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), retries=1),
     )
 
 

@@ -1,0 +1,84 @@
+"""The `outbox` command line, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from outbox_relay.local import project_root
+
+ROOT = project_root()
+
+
+def outbox(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "POWERTOOLS_"))}
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", *args], capture_output=True, text=True,
+                          env=full_env, cwd=ROOT, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def cli_env(database_url, servers):
+    return {"DATABASE_URL": database_url, "REDIS_URL": servers.redis_url, "POWERTOOLS_TRACE_DISABLED": "true"}
+
+
+def test_migrate_is_harmless_twice(cli_env):
+    assert "latest revision" in outbox("migrate", env=cli_env).stdout
+    assert "latest revision" in outbox("migrate", env=cli_env).stdout
+
+
+def test_enqueue_relay_and_stats(cli_env, app_engine, redis_client, redis_prefix):
+    stream = redis_prefix + "cli"
+    mid = outbox("enqueue-event", "--stream", stream, "--type", "note.added", "--payload", '{"text": "안녕 👋"}',
+                 env=cli_env).stdout.strip()
+    stats = json.loads(outbox("stats", "--json", env=cli_env).stdout)
+    assert stats["totals"]["pending"] == 1 and stats["totals"]["due_now"] == 1
+
+    out = outbox("relay", "--event", "events/relay-redis-scheduler.json", env=cli_env).stdout
+    summary = _last_json(out)
+    assert (summary["claimed"], summary["delivered"]) == (1, 1)
+    ((entry_id, fields),) = redis_client.xrange(stream)
+    assert fields["id"] == mid and json.loads(fields["payload"]) == {"text": "안녕 👋"}
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT status, delivery_ref FROM outbox_message")).one() == ("delivered", entry_id)
+    stats = json.loads(outbox("stats", "--json", env=cli_env).stdout)
+    assert stats["totals"]["delivered"] == 1 and stats["totals"]["pending"] == 0
+    human = outbox("stats", env=cli_env).stdout
+    assert "redis" in human and "delivered" in human
+
+
+def test_invalid_payload_is_refused_with_the_field(cli_env, app_engine):
+    proc = outbox("enqueue-event", "--stream", "x", "--type", "", "--payload", "{}", env=cli_env, check=False)
+    assert proc.returncode != 0 and "type:" in proc.stderr
+    proc = outbox("enqueue-event", "--stream", "x", "--type", "t", "--payload", "{nope", env=cli_env, check=False)
+    assert proc.returncode != 0 and "--payload" in proc.stderr
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar() == 0
+
+
+def test_relay_reports_a_configuration_error_by_name(cli_env):
+    proc = outbox("relay", "--event", "events/relay-redis-scheduler.json",
+                  env={**cli_env, "OUTBOX_BATCH_SIZE": "-3"}, check=False)
+    assert proc.returncode != 0 and "OUTBOX_BATCH_SIZE" in proc.stderr
+
+
+def test_demo_runs_end_to_end(servers):
+    env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
+    proc = outbox("demo", env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo OK" in proc.stdout and "Dead letters:" in proc.stdout
+
+
+def _last_json(out: str) -> dict:
+    """The summary the relay command prints last (pretty JSON after the handler's log lines)."""
+    start = out.rfind("\n{\n")
+    return json.loads(out[start + 1:] if start != -1 else out[out.find("{"):])
