@@ -1,0 +1,379 @@
+"""`outbox stats`, `dead list`, `dead show`, `redrive` and `purge` on a seeded
+database: what each prints, and the rows afterwards."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, create_engine, text
+
+from outbox_relay import ops_cli
+from outbox_relay.cli import main
+
+SEED = text(
+    """
+    INSERT INTO outbox_message
+        (message_id, channel, destination, type, payload, status, attempts, max_attempts,
+         available_at, lease_owner, lease_expires_at, last_error, last_error_class,
+         delivery_ref, delivered_at, dead_at, created_at)
+    VALUES
+        (:message_id, :channel, :destination, :type, CAST(:payload AS jsonb), :status, :attempts, :max_attempts,
+         now() - make_interval(secs => CAST(:available_ago AS float8)),
+         :lease_owner,
+         CASE WHEN :status = 'leased' THEN now() + make_interval(secs => CAST(:lease_left AS float8)) END,
+         :last_error, :last_error_class,
+         CASE WHEN :status = 'delivered' THEN '1-0' END,
+         CASE WHEN :status = 'delivered' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
+         CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
+         now() - make_interval(secs => CAST(:ago AS float8) + 1))
+    """
+)
+
+
+def seed(engine: Engine, status: str = "pending", *, channel: str = "redis", ago: float = 0.0,
+         error_class: str | None = None, error: str | None = None, attempts: int = 0,
+         payload: Any = None, available_ago: float = 0.0, lease_left: float = 60.0,
+         max_attempts: int | None = None, type: str = "order.placed") -> uuid.UUID:
+    """One row in `status`; `ago` seconds since it died / was delivered (database clock)."""
+    mid = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(SEED, {
+            "message_id": str(mid), "channel": channel, "destination": "orders", "type": type,
+            "payload": json.dumps(payload if payload is not None else {"n": 1}), "status": status,
+            "attempts": attempts, "max_attempts": max_attempts, "available_ago": float(available_ago),
+            "lease_owner": "someone" if status == "leased" else None, "lease_left": float(lease_left),
+            "last_error": error if error is not None else (f"{error_class} failure" if error_class else None),
+            "last_error_class": error_class, "ago": float(ago),
+        })
+    return mid
+
+
+def row(engine: Engine, mid: uuid.UUID) -> dict | None:
+    with engine.connect() as conn:
+        r = conn.execute(text("SELECT *, available_at <= now() AS due FROM outbox_message WHERE message_id = :m"),
+                         {"m": str(mid)}).first()
+    return dict(r._mapping) if r is not None else None
+
+
+def all_rows(engine: Engine) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(text("SELECT * FROM outbox_message ORDER BY seq"))]
+
+
+@pytest.fixture
+def app_engine(database_url):
+    """A pooled engine for seeding and reading rows (many small transactions)."""
+    engine = create_engine(database_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def outbox(monkeypatch, database_url):
+    """Run `outbox …` against this test's database; returns (exit code, output)."""
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str]:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        return result.exit_code, result.output
+
+    return run
+
+
+def run_json(outbox, *args: str) -> Any:
+    code, out = outbox(*args, "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+# ---------------------------------------------------------------- help
+
+@pytest.mark.parametrize("args", [["stats"], ["dead"], ["dead", "list"], ["dead", "show"], ["redrive"], ["purge"]])
+def test_every_operations_command_has_help(outbox, args):
+    code, out = outbox(*args, "--help")
+    assert code == 0
+    assert out.startswith("Usage: ") and " ".join(args) in out
+
+
+# ---------------------------------------------------------------- stats
+
+def test_stats_counts_per_channel_and_status(outbox, app_engine):
+    # Given a mix of rows on both channels
+    seed(app_engine, "pending", available_ago=120)          # due, waiting 120 s
+    seed(app_engine, "pending")                              # due now
+    seed(app_engine, "pending", available_ago=-3600)         # deferred (backoff)
+    seed(app_engine, "leased", attempts=1)                   # being relayed
+    seed(app_engine, "leased", attempts=1, lease_left=-5)    # its holder died
+    for _ in range(3):
+        seed(app_engine, "delivered", ago=30)
+    seed(app_engine, "dead", ago=600, error_class="permanent")
+    seed(app_engine, "dead", ago=5 * 3600, error_class="transient")
+    seed(app_engine, "dead", ago=3 * 86400, error_class="transient")
+    seed(app_engine, "pending", channel="ses", available_ago=30)
+    before = all_rows(app_engine)
+
+    # When an operator asks for statistics
+    data = run_json(outbox, "stats")
+
+    # Then every figure is there, per channel
+    redis, ses = data["channels"]
+    age = redis.pop("oldest_pending_age_seconds")
+    assert redis == {"channel": "redis", "pending": 3, "due_now": 2, "leased": 2, "expired_leases": 1,
+                     "delivered": 3, "dead": 3, "dead_last_hour": 1, "dead_last_day": 2}
+    assert 120 <= age < 150
+    assert (ses["channel"], ses["pending"], ses["due_now"], ses["dead"]) == ("ses", 1, 1, 0)
+    assert 30 <= ses["oldest_pending_age_seconds"] < 60
+    assert data["totals"]["pending"] == 4 and data["totals"]["oldest_pending_age_seconds"] == age
+    # And the human table shows the same
+    code, out = outbox("stats")
+    assert code == 0
+    line = next(li for li in out.splitlines() if " redis " in li)
+    assert [c.strip() for c in line.strip("│ ").split("│")][:9] == ["redis", "3", "2", "2", "1", "3", "3", "1", "2"]
+    assert "2m" in line  # oldest pending, 2 minutes
+    assert any(" total " in li for li in out.splitlines())
+    # And nothing changed
+    assert all_rows(app_engine) == before
+
+
+def test_stats_on_an_empty_outbox(outbox):
+    assert run_json(outbox, "stats") == {"channels": [], "totals": {
+        "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0,
+        "dead_last_hour": 0, "dead_last_day": 0, "oldest_pending_age_seconds": 0.0}}
+    assert outbox("stats") == (0, "the outbox is empty\n")
+
+
+# ---------------------------------------------------------------- dead list
+
+@pytest.fixture
+def dead_letters(app_engine) -> dict[str, uuid.UUID]:
+    return {
+        "redis_permanent_10m": seed(app_engine, "dead", ago=600, error_class="permanent", attempts=1),
+        "redis_transient_2h": seed(app_engine, "dead", ago=7200, error_class="transient", attempts=10),
+        "ses_permanent_1m": seed(app_engine, "dead", channel="ses", ago=60, error_class="permanent", attempts=1),
+        "redis_lease_1d": seed(app_engine, "dead", ago=90000, error_class="lease_expired", attempts=10),
+        "pending": seed(app_engine, "pending", error_class="transient", attempts=2),
+    }
+
+
+def test_dead_list_newest_first_with_filters(outbox, dead_letters, app_engine):
+    d = {k: str(v) for k, v in dead_letters.items()}
+    before = all_rows(app_engine)
+
+    def ids(*args: str) -> list[str]:
+        return [r["message_id"] for r in run_json(outbox, "dead", "list", *args)["dead"]]
+
+    assert ids() == [d["ses_permanent_1m"], d["redis_permanent_10m"], d["redis_transient_2h"], d["redis_lease_1d"]]
+    assert ids("--channel", "redis") == [d["redis_permanent_10m"], d["redis_transient_2h"], d["redis_lease_1d"]]
+    assert ids("--error-class", "permanent") == [d["ses_permanent_1m"], d["redis_permanent_10m"]]
+    assert ids("--since", "1h") == [d["ses_permanent_1m"], d["redis_permanent_10m"]]
+    assert ids("--since", "PT3H", "--channel", "redis") == [d["redis_permanent_10m"], d["redis_transient_2h"]]
+    assert ids("--limit", "1") == [d["ses_permanent_1m"]]
+    # An ISO 8601 time (taken from the database clock) works too
+    with app_engine.connect() as conn:
+        three_hours_ago = conn.execute(text("SELECT now() - interval '3 hours'")).scalar_one()
+    assert ids("--since", three_hours_ago.isoformat()) == ids("--since", "3h")
+
+    listed = run_json(outbox, "dead", "list", "--channel", "ses")["dead"][0]
+    assert listed["last_error_class"] == "permanent" and listed["attempts"] == 1
+    assert 60 <= listed["dead_for_seconds"] < 90
+    assert "payload" not in listed
+
+    # Human output: a table with the ids and error classes
+    code, out = outbox("dead", "list", "--error-class", "permanent")
+    assert code == 0
+    assert "dead letters (2)" in out and d["ses_permanent_1m"] in out and d["redis_permanent_10m"] in out
+    assert d["redis_transient_2h"] not in out
+    assert outbox("dead", "list", "--error-class", "configuration") == (0, "no dead letters match\n")
+    assert all_rows(app_engine) == before
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["--since", "yesterday"], "--since"),
+    (["--since", "2026-11-29T10:00:00"], "--since"),  # no zone
+    (["--error-class", "bogus"], "--error-class"),
+    (["--channel", "sqs"], "--channel"),
+    (["--limit", "0"], "--limit"),
+])
+def test_dead_list_refuses_bad_options_by_name(outbox, args, hint):
+    code, out = outbox("dead", "list", *args)
+    assert code == 2 and hint in out
+
+
+# ---------------------------------------------------------------- dead show
+
+def test_dead_show_prints_payload_attempts_and_every_error_field(outbox, app_engine):
+    mid = seed(app_engine, "dead", ago=120, error_class="permanent", attempts=3, max_attempts=5,
+               error="redis: WRONGTYPE Operation against a key holding the wrong kind of value",
+               payload={"order": 42, "items": ["a", "b"], "note": "größe"})
+    data = run_json(outbox, "dead", "show", str(mid))
+    assert data["message_id"] == str(mid) and data["status"] == "dead" and data["channel"] == "redis"
+    assert data["payload"] == {"order": 42, "items": ["a", "b"], "note": "größe"}
+    assert (data["attempts"], data["max_attempts"]) == (3, 5)
+    assert data["last_error_class"] == "permanent"
+    assert data["last_error"].startswith("redis: WRONGTYPE")
+    assert data["dead_at"] is not None and data["delivered_at"] is None and data["lease_owner"] is None
+
+    code, out = outbox("dead", "show", str(mid))
+    assert code == 0
+    assert "last_error_class  permanent" in out and "redis: WRONGTYPE" in out
+    assert '"order": 42' in out and "größe" in out and "attempts          3" in out
+
+
+def test_dead_show_unknown_or_malformed_id(outbox):
+    code, out = outbox("dead", "show", str(uuid.UUID(int=7)))
+    assert code == 1 and f"no message {uuid.UUID(int=7)}" in out
+    code, out = outbox("dead", "show", "42x")
+    assert code == 2 and "MESSAGE_ID" in out and "not a message id" in out
+
+
+# ---------------------------------------------------------------- redrive
+
+def assert_redriven(r: dict, *, last_error_class: str) -> None:
+    assert r["status"] == "pending" and r["attempts"] == 0 and r["due"] is True
+    assert r["dead_at"] is None and r["lease_owner"] is None
+    assert r["last_error_class"] == last_error_class  # history kept for `dead show`
+
+
+def test_redrive_by_ids(outbox, app_engine, dead_letters):
+    d = dead_letters
+    pending_before = row(app_engine, d["pending"])
+    code, out = outbox("redrive", str(d["redis_permanent_10m"]), str(d["ses_permanent_1m"]), str(d["pending"]))
+    assert code == 0
+    assert "redrove 2 messages in 1 batch" in out
+    assert "by channel: redis 1, ses 1" in out
+    assert f"1 id(s) were not dead letters" in out and str(d["pending"]) in out
+    assert_redriven(row(app_engine, d["redis_permanent_10m"]), last_error_class="permanent")
+    assert_redriven(row(app_engine, d["ses_permanent_1m"]), last_error_class="permanent")
+    assert row(app_engine, d["redis_transient_2h"])["status"] == "dead"
+    assert row(app_engine, d["pending"]) == pending_before  # not a dead letter: untouched
+
+
+def test_redrive_by_channel_and_by_error_class(outbox, app_engine, dead_letters):
+    d = dead_letters
+    data = run_json(outbox, "redrive", "--channel", "ses")
+    assert (data["moved"], data["by_channel"]) == (1, {"ses": 1})
+    assert_redriven(row(app_engine, d["ses_permanent_1m"]), last_error_class="permanent")
+    assert row(app_engine, d["redis_permanent_10m"])["status"] == "dead"
+
+    data = run_json(outbox, "redrive", "--error-class", "transient")
+    assert (data["moved"], data["by_error_class"]) == (1, {"transient": 1})
+    assert_redriven(row(app_engine, d["redis_transient_2h"]), last_error_class="transient")
+    assert row(app_engine, d["pending"])["attempts"] == 2  # a pending message with that class: untouched
+
+    data = run_json(outbox, "redrive", "--channel", "redis", "--error-class", "lease_expired")
+    assert data["moved"] == 1
+    assert [r["message_id"] for r in all_rows(app_engine) if r["status"] == "dead"] == [d["redis_permanent_10m"]]
+
+
+def test_redrive_all_in_batches_leaves_other_statuses_alone(outbox, app_engine):
+    dead = [seed(app_engine, "dead", ago=60 + i, error_class="permanent", attempts=1) for i in range(25)]
+    leased = seed(app_engine, "leased", attempts=1, error_class="permanent")
+    delivered = seed(app_engine, "delivered", ago=10)
+    others_before = [row(app_engine, leased), row(app_engine, delivered)]
+
+    data = run_json(outbox, "redrive", "--all", "--batch-size", "10")
+
+    assert (data["moved"], data["batches"]) == (25, 3)
+    for mid in dead:
+        assert_redriven(row(app_engine, mid), last_error_class="permanent")
+    assert [row(app_engine, leased), row(app_engine, delivered)] == others_before
+
+
+def test_redrive_dry_run_counts_and_changes_nothing(outbox, app_engine, dead_letters):
+    before = all_rows(app_engine)
+    code, out = outbox("redrive", "--channel", "redis", "--dry-run")
+    assert code == 0
+    assert "would redrive 3 messages" in out
+    assert "by error class: lease_expired 1, permanent 1, transient 1" in out
+    data = run_json(outbox, "redrive", "--all", "--dry-run")
+    assert (data["dry_run"], data["moved"], data["by_channel"]) == (True, 4, {"redis": 3, "ses": 1})
+    assert all_rows(app_engine) == before
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    ([], "say what to redrive"),
+    (["--all", "--channel", "redis"], "takes no ids, channel or error class"),
+    (["not-a-uuid"], "MESSAGE_IDS"),
+    (["--error-class", "nope"], "--error-class"),
+])
+def test_redrive_refuses_unclear_selections(outbox, app_engine, dead_letters, args, fragment):
+    before = all_rows(app_engine)
+    code, out = outbox("redrive", *args)
+    assert code == 2 and fragment in out
+    assert all_rows(app_engine) == before
+
+
+# ---------------------------------------------------------------- purge
+
+def test_purge_deletes_only_rows_past_their_window(outbox, app_engine):
+    old_delivered = [seed(app_engine, "delivered", ago=10 * 86400) for _ in range(7)]
+    recent_delivered = [seed(app_engine, "delivered", ago=86400) for _ in range(2)]
+    old_dead = [seed(app_engine, "dead", ago=40 * 86400, error_class="permanent"),
+                seed(app_engine, "dead", ago=40 * 86400, error_class="permanent"),
+                seed(app_engine, "dead", channel="ses", ago=31 * 86400, error_class="permanent")]
+    recent_dead = seed(app_engine, "dead", ago=86400, error_class="permanent")
+    old_pending = seed(app_engine, "pending", available_ago=60 * 86400)
+    leased = seed(app_engine, "leased", attempts=1)
+
+    data = run_json(outbox, "purge", "--delivered-older-than", "7d", "--dead-older-than", "30d",
+                    "--batch-size", "2")
+
+    assert (data["delivered"], data["dead"], data["total"]) == (7, 3, 10)
+    assert data["largest_batch"] <= 2 and data["batches"] >= 6  # 2+2+2+1 delivered, 2 redis + 1 ses dead
+    assert data["by_channel"] == {"redis": 9, "ses": 1}
+    left = {r["message_id"] for r in all_rows(app_engine)}
+    assert left == {*recent_delivered, recent_dead, old_pending, leased}
+    assert not left & {*old_delivered, *old_dead}
+
+
+def test_purge_human_output_and_dead_kept_without_a_dead_window(outbox, app_engine):
+    for _ in range(3):
+        seed(app_engine, "delivered", ago=2 * 3600)
+    dead = seed(app_engine, "dead", ago=400 * 86400, error_class="permanent")
+    code, out = outbox("purge", "--delivered-older-than", "1h30m")
+    assert code == 0
+    assert out.splitlines()[-1] == "purged 3 delivered messages in 1 batch"
+    assert [r["message_id"] for r in all_rows(app_engine)] == [dead]
+
+
+def test_purge_dry_run_counts_and_deletes_nothing(outbox, app_engine):
+    for _ in range(4):
+        seed(app_engine, "delivered", ago=8 * 86400)
+    seed(app_engine, "dead", ago=8 * 86400, error_class="permanent")
+    code, out = outbox("purge", "--delivered-older-than", "P7D", "--dead-older-than", "7d", "--dry-run")
+    assert code == 0 and out == "would purge 4 delivered and 1 dead messages\n"
+    assert len(all_rows(app_engine)) == 5
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["--delivered-older-than", "a week"], "--delivered-older-than"),
+    (["--delivered-older-than", "0s"], "--delivered-older-than"),
+    (["--delivered-older-than", "7d", "--dead-older-than", "soon"], "--dead-older-than"),
+    ([], "--delivered-older-than"),
+])
+def test_purge_refuses_bad_durations_by_name(outbox, app_engine, args, hint):
+    seed(app_engine, "delivered", ago=8 * 86400)
+    code, out = outbox("purge", *args)
+    assert code == 2 and hint in out
+    assert len(all_rows(app_engine)) == 1
+
+
+def test_long_operations_show_a_progress_bar_on_a_terminal(outbox, app_engine, monkeypatch):
+    # Given standard output is a terminal
+    monkeypatch.setattr(ops_cli, "_is_terminal", lambda: True)
+    for _ in range(6):
+        seed(app_engine, "delivered", ago=8 * 86400)
+    for i in range(4):
+        seed(app_engine, "dead", ago=60 + i, error_class="transient")
+    # When a purge and a redrive run
+    code, purge_out = outbox("purge", "--delivered-older-than", "7d", "--batch-size", "2")
+    code2, redrive_out = outbox("redrive", "--all", "--batch-size", "3")
+    # Then each draws a progress bar that reaches its total (rich), then the summary
+    assert code == code2 == 0
+    assert "purging" in purge_out and "6/6" in purge_out and "purged 6 delivered messages in 3 batches" in purge_out
+    assert "redriving" in redrive_out and "4/4" in redrive_out and "redrove 4 messages in 2 batches" in redrive_out
