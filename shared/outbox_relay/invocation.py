@@ -82,8 +82,7 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     obs.emit(obs.LEASE_LOST, summary.lease_lost)
     obs.emit(obs.THROTTLED, summary.throttled)
     obs.emit(obs.BATCH_STOPPED, 1 if summary.stopped else 0)
-    obs.emit(obs.GATE_CLOSED, 1 if summary.skipped and summary.claimed == 0 and "unavailable" in summary.skipped
-             or (summary.skipped or "").startswith(("ses ", "redis ")) else 0)
+    obs.emit(obs.GATE_CLOSED, 1 if summary.gate_closed else 0)
     obs.emit(obs.BATCH_DURATION, summary.duration_ms)
     obs.emit(obs.OLDEST_PENDING_AGE, oldest)
     obs.logger.info("relay batch done", extra={k: v for k, v in result.items() if k != "lease_owner"}

@@ -49,6 +49,7 @@ class Summary:
     lease_lost: int = 0
     throttled: int = 0
     skipped: str | None = None
+    gate_closed: bool = False
     stopped: str | None = None
     lease_owner: str | None = None
     duration_ms: float = 0.0
@@ -110,6 +111,7 @@ def run_batch(store: LeaseStore, publisher: Publisher, policy: RelayPolicy, dead
     reason = publisher.gate()
     if reason is not None:
         summary.skipped = reason
+        summary.gate_closed = True
         return _finish(summary, started)
     seconds = min(deadline.seconds_left(), policy.lease_seconds - deadline.margin_seconds)
     limit = publisher.claim_limit(policy.batch_size, seconds)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from typing import Sequence
@@ -133,8 +132,3 @@ def truncate(text: str | None, limit: int) -> str | None:
         return text
     marker = f"… [truncated, {len(text)} chars]"
     return text[: max(0, limit - len(marker))] + marker
-
-
-def process_tag() -> str:
-    """A short tag for the local process (pid), for locally invoked lease owners."""
-    return f"local-{os.getpid()}"
