@@ -113,20 +113,30 @@ def _embedded_redis(cleanup: list) -> str:
     return f"unix://{server.socket_file}"
 
 
-def find_servers(*, use_env: bool = True) -> Servers:
-    """Locate (or start) PostgreSQL and Redis; call `.close()` when done."""
+def find_servers(*, use_env: bool = True, mode: str | None = None) -> Servers:
+    """Locate (or start) PostgreSQL and Redis; call `.close()` when done.
+
+    `mode` (default: the `OUTBOX_SERVERS` environment variable, else `auto`):
+    `auto` tries the environment, then the local services, then embedded
+    servers; `embedded` always starts embedded servers (to check that a
+    machine with nothing installed works).
+    """
+    mode = (mode or os.environ.get("OUTBOX_SERVERS") or "auto").lower()
+    if mode not in ("auto", "embedded"):
+        raise ValueError(f"OUTBOX_SERVERS: must be auto or embedded, not {mode!r}")
+    embedded_only = mode == "embedded"
     cleanup: list[Callable[[], None]] = []
-    env_db = os.environ.get("DATABASE_URL") if use_env else None
-    env_redis = os.environ.get("REDIS_URL") if use_env else None
+    env_db = os.environ.get("DATABASE_URL") if use_env and not embedded_only else None
+    env_redis = os.environ.get("REDIS_URL") if use_env and not embedded_only else None
     if env_db:
         db, db_src = env_db, "env"
-    elif _port_open("127.0.0.1", 5432) and _pg_answers(LOCAL_PG_URL):
+    elif not embedded_only and _port_open("127.0.0.1", 5432) and _pg_answers(LOCAL_PG_URL):
         db, db_src = LOCAL_PG_URL, "local"
     else:
         db, db_src = _embedded_postgres(cleanup), "embedded"
     if env_redis:
         rd, rd_src = env_redis, "env"
-    elif _port_open("127.0.0.1", 6379) and _redis_answers(LOCAL_REDIS_URL):
+    elif not embedded_only and _port_open("127.0.0.1", 6379) and _redis_answers(LOCAL_REDIS_URL):
         rd, rd_src = LOCAL_REDIS_URL, "local"
     else:
         rd, rd_src = _embedded_redis(cleanup), "embedded"
