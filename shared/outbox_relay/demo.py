@@ -131,6 +131,9 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         echo(f"\nstill pending: {left}; rolled-back orders in the table: {rolled_back}")
         expected_delivered = written - 1
         ok = totals["delivered"] == expected_delivered and len(dead) == 1 and left == 0 and rolled_back == 0
+        from .demo_email import run_email_demo
+
+        ok = run_email_demo(db_url, echo) and ok
         echo("demo OK" if ok else "demo FAILED: the figures above are not what was expected")
         engine.dispose()
         if not keep:
