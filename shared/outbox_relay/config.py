@@ -2,7 +2,9 @@
 
 Every variable, its default and its unit is listed in the README
 ("Configuration"). A bad value raises `ConfigurationError` naming the variable,
-which stops a Lambda cold start before any message is touched.
+which stops a Lambda cold start before any message is touched. A variable set
+to the empty string counts as unset (template.yaml declares some variables
+empty so that `sam local invoke --env-vars` may fill them in).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .models import Channel
 class Settings(BaseSettings):
     """The relay's configuration. Field docs name the variable and the unit."""
 
-    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True, env_ignore_empty=True)
 
     #: These settings drive a relay (claims under a lease, a downstream). The
     #: maintenance function's settings (`MaintenanceSettings`) do not, and skip
