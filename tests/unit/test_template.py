@@ -1,0 +1,410 @@
+"""template.yaml, read as data: what it deploys agrees with what the code does.
+
+- Metric names in the alarms and the dashboard are the names the code emits
+  (`observability.METRIC_UNITS`), in the namespace the functions are given,
+  with exactly the dimensions of the EMF output (`channel`, and `service`
+  which Powertools adds); tests/e2e/test_events.py checks those dimensions
+  against the real handler's output.
+- The schedules send the events in events/ (Scheduler's input format), which
+  the handlers' event models accept.
+- Every environment variable the template sets is one the settings read; the
+  function timeout and OUTBOX_FUNCTION_TIMEOUT_SECONDS are one parameter.
+- IAM: each function may call exactly what its code calls.
+
+No sockets: cfn-lint and `sam validate --lint` run in CI (.ci/run).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.decode import cfn_yaml
+
+from outbox_relay import observability as obs
+from outbox_relay.config import MaintenanceSettings, Settings
+from outbox_relay.invocation import ScheduleEvent
+from outbox_relay.models import Channel
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = cfn_yaml.load(str(ROOT / "template.yaml"))
+RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
+PARAMETERS: dict[str, Any] = TEMPLATE["Parameters"]
+
+#: The dimensions of every EMF document the code writes (checked against the
+#: handler's real output in tests/e2e/test_events.py).
+EMF_DIMENSIONS = {"channel", "service"}
+RELAY_FUNCTIONS = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
+PSEUDO = {"AWS::Region": "eu-west-1", "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
+          "AWS::StackName": "outbox-prod", "AWS::NoValue": None}
+#: Metrics the issue asks the dashboard to plot for each channel.
+DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
+                         obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE}
+
+
+# --------------------------------------------------------------------------
+# A small evaluator of the template's intrinsic functions, every condition true
+# (all channels deployed), parameters at their defaults (`<Name>` where empty).
+# --------------------------------------------------------------------------
+
+def _value(name: str) -> Any:
+    if name in PSEUDO:
+        return PSEUDO[name]
+    if name in PARAMETERS:  # the default, or a placeholder where the default is empty
+        return str(PARAMETERS[name].get("Default", "")) or f"<{name}>"
+    if "." in name:
+        return f"<{name}>"
+    assert name in RESOURCES, f"reference to unknown {name}"
+    return f"<{name}>"
+
+
+def resolve(node: Any) -> Any:
+    if isinstance(node, dict) and len(node) == 1:
+        (key, arg), = node.items()
+        if key == "Ref":
+            return _value(arg)
+        if key == "Fn::GetAtt":
+            return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
+        if key == "Fn::If":
+            return resolve(arg[1])
+        if key == "Fn::Join":
+            return arg[0].join(str(resolve(x)) for x in arg[1])
+        if key == "Fn::Sub":
+            text, local = (arg, {}) if isinstance(arg, str) else (arg[0], {k: resolve(v) for k, v in arg[1].items()})
+            return re.sub(r"\$\{([^}!]+)\}", lambda m: str(local[m[1]] if m[1] in local else _value(m[1])), text)
+    if isinstance(node, dict):
+        return {k: resolve(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [resolve(v) for v in node if v != {"Ref": "AWS::NoValue"}]
+    return node
+
+
+def of_type(kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in RESOURCES.items() if r["Type"] == kind}
+
+
+NAMESPACE = resolve(TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"])
+
+
+def dashboard_metrics() -> list[tuple[str, str, dict[str, str]]]:
+    """(namespace, metric name, dimensions) of every dashboard series."""
+    (dashboard,) = of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(resolve(dashboard["Properties"]["DashboardBody"]))
+    series = []
+    for widget in body["widgets"]:
+        for entry in widget.get("properties", {}).get("metrics", []):
+            parts = [p for p in entry if not isinstance(p, dict)]
+            assert "." not in parts and "..." not in parts, f"write series out in full: {entry}"
+            series.append((parts[0], parts[1], dict(zip(parts[2::2], parts[3::2]))))
+    return series
+
+
+def alarm_metrics() -> list[tuple[str, str, str, dict[str, str]]]:
+    """(alarm, namespace, metric name, dimensions) of every metric an alarm watches."""
+    out = []
+    for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
+        props = resolve(alarm["Properties"])
+        watched = [props] if "MetricName" in props else [m["MetricStat"]["Metric"] for m in props["Metrics"]
+                                                         if "MetricStat" in m]
+        for m in watched:
+            out.append((name, m["Namespace"], m["MetricName"], {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Metrics: names, namespace and dimensions
+# --------------------------------------------------------------------------
+
+def test_functions_get_the_namespace_and_service_the_code_uses() -> None:
+    env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == obs.SERVICE
+    assert NAMESPACE.startswith(obs.DEFAULT_NAMESPACE + "/")
+
+
+@pytest.mark.parametrize("source", ["dashboard", "alarms"])
+def test_every_relay_metric_in_the_template_is_one_the_code_emits(source: str) -> None:
+    series = dashboard_metrics() if source == "dashboard" else [m[1:] for m in alarm_metrics()]
+    ours = [s for s in series if s[0] == NAMESPACE]
+    assert ours, f"the {source} watches none of the relay's metrics"
+    for namespace, name, dims in ours:
+        assert name in obs.METRIC_UNITS, f"{source}: {name} is not a metric the code emits"
+        assert set(dims) == EMF_DIMENSIONS, f"{source}: {name} has dimensions {sorted(dims)}"
+        assert dims["service"] == obs.SERVICE
+        assert dims["channel"] in {c.value for c in Channel}
+    # Nothing else claims to be ours under another namespace.
+    for namespace, name, _ in series:
+        assert namespace == NAMESPACE or namespace.startswith("AWS/"), namespace
+
+
+def test_dashboard_plots_the_relay_metrics_per_channel_next_to_lambda_errors_and_duration() -> None:
+    series = dashboard_metrics()
+    for channel, function in RELAY_FUNCTIONS.items():
+        plotted = {name for ns, name, dims in series if ns == NAMESPACE and dims.get("channel") == channel}
+        assert DASHBOARD_PER_CHANNEL <= plotted, f"{channel}: missing {DASHBOARD_PER_CHANNEL - plotted}"
+        lambda_metrics = {name for ns, name, dims in series
+                          if ns == "AWS/Lambda" and dims == {"FunctionName": f"<{function}>"}}
+        assert {"Errors", "Duration"} <= lambda_metrics, f"{function}: {lambda_metrics}"
+    maintenance = {name for ns, name, _ in series if ns == NAMESPACE}
+    assert {obs.PENDING_DEPTH, obs.DEAD_COUNT, obs.PURGED} <= maintenance
+
+
+def test_alarms_cover_errors_throttles_duration_dead_letters_and_backlog() -> None:
+    watched = alarm_metrics()
+    functions = [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"]
+    for function in functions:
+        on_function = {name for _, ns, name, dims in watched
+                       if ns == "AWS/Lambda" and dims == {"FunctionName": f"<{function}>"}}
+        assert on_function == {"Errors", "Throttles", "Duration"}, function
+    for channel in RELAY_FUNCTIONS:
+        relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims["channel"] == channel}
+        assert relay == {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE}, channel
+    assert any(ns == "AWS/SQS" and dims == {"QueueName": "<ScheduleDeadLetterQueue.QueueName>"}
+               for _, ns, _, dims in watched)
+
+
+def test_backlog_alarm_threshold_is_the_parameter_and_duration_alarm_is_relative_to_the_timeout() -> None:
+    for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
+        props = alarm["Properties"]
+        if props.get("MetricName") == obs.OLDEST_PENDING_AGE:
+            assert props["Threshold"] == {"Ref": "OldestPendingAgeAlarmSeconds"}, name
+        for query in props.get("Metrics", []):
+            if "Expression" in query:
+                assert "${FunctionTimeoutSeconds}" in query["Expression"]["Fn::Sub"], name
+                assert props["Threshold"] == 90
+
+
+def test_every_alarm_notifies_the_encrypted_topic_that_cloudwatch_may_use() -> None:
+    for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+        assert alarm["Properties"]["AlarmDescription"], name
+    topic = RESOURCES["AlarmTopic"]["Properties"]
+    key_ref = topic["KmsMasterKeyId"]
+    assert key_ref == {"Fn::GetAtt": ["AlarmTopicKey", "Arn"]}, "the AWS managed SNS key would block CloudWatch"
+    key_policy = RESOURCES["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"]
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} and "kms:Decrypt" in s["Action"]
+               for s in key_policy)
+
+
+# --------------------------------------------------------------------------
+# Schedules and events
+# --------------------------------------------------------------------------
+
+def _schedule(function: str) -> dict[str, Any]:
+    events = RESOURCES[function]["Properties"]["Events"]
+    (event,) = events.values()
+    assert event["Type"] == "ScheduleV2"
+    return event["Properties"]
+
+
+def _scheduler_input(function: str, sample: dict[str, Any]) -> dict[str, Any]:
+    """The schedule's Input with Scheduler's context attributes filled in from `sample`."""
+    text = _schedule(function)["Input"]
+    context = {"aws.scheduler.scheduled-time": sample.get("scheduledTime", "2026-01-01T00:00:00Z"),
+               "aws.scheduler.schedule-arn": sample.get("scheduleArn", "arn:aws:scheduler:::schedule/x"),
+               "aws.scheduler.execution-id": sample.get("executionId", "id")}
+    return json.loads(re.sub(r"<(aws\.scheduler\.[a-z-]+)>", lambda m: context[m[1]], text))
+
+
+@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"])
+def test_each_schedule_retries_and_dead_letters(function: str) -> None:
+    props = _schedule(function)
+    assert props["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    assert props["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["ScheduleDeadLetterQueue", "Arn"]}}
+    assert RESOURCES["ScheduleDeadLetterQueue"]["Properties"]["SqsManagedSseEnabled"] is True
+
+
+@pytest.mark.parametrize("channel", list(RELAY_FUNCTIONS))
+def test_relay_schedule_sends_the_sample_event_of_its_channel(channel: str) -> None:
+    function = RELAY_FUNCTIONS[channel]
+    sample = json.loads((ROOT / "events" / "relay-redis-scheduler.json").read_text())
+    path = ROOT / "events" / f"relay-{channel}-scheduler.json"
+    if path.exists():
+        sample = json.loads(path.read_text())
+    sent = _scheduler_input(function, sample)
+    # Same shape as the sample in events/, and routed to this function's channel
+    assert set(sent) == set(sample)
+    assert sent["source"] == sample["source"] == "outbox.scheduler"
+    assert sent["channel"] == channel == RESOURCES[function]["Properties"]["Environment"]["Variables"]["OUTBOX_CHANNEL"]
+    parsed = ScheduleEvent.model_validate(sent)
+    assert parsed.channel is Channel(channel)
+    assert parsed.schedule_arn == sample["scheduleArn"] and parsed.execution_id == sample["executionId"]
+
+
+def test_maintenance_schedule_sends_the_sample_scheduled_event() -> None:
+    from outbox_relay.maintenance import ScheduledRun
+
+    sample = json.loads((ROOT / "events" / "maintenance-scheduled.json").read_text())
+    sent = _scheduler_input("MaintenanceFunction", sample)
+    assert sent == sample
+    assert ScheduledRun.model_validate(sent).action == "maintenance"
+
+
+# --------------------------------------------------------------------------
+# Functions, layer, settings
+# --------------------------------------------------------------------------
+
+def _env_names(model: type[Settings]) -> set[str]:
+    names = set()
+    for field, info in model.model_fields.items():
+        alias = info.validation_alias
+        names.add(alias if isinstance(alias, str) else f"OUTBOX_{field.upper()}")
+    return names
+
+
+def test_every_variable_the_template_sets_is_read_by_the_settings() -> None:
+    known = _env_names(Settings) | _env_names(MaintenanceSettings)
+    powertools = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL",
+                  "POWERTOOLS_LOGGER_LOG_EVENT", "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}
+    boto = {"AWS_ENDPOINT_URL"}  # empty in AWS (boto3 ignores it); sam local points it at moto
+    functions = of_type("AWS::Serverless::Function")
+    blocks = [TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]]
+    blocks += [f["Properties"].get("Environment", {}).get("Variables", {}) for f in functions.values()]
+    for variables in blocks:
+        for name in variables:
+            assert name in known | powertools | boto, f"{name} is set but nothing reads it"
+
+
+def test_the_timeout_the_code_is_told_is_the_function_timeout() -> None:
+    globals_ = TEMPLATE["Globals"]["Function"]
+    assert globals_["Timeout"] == {"Ref": "FunctionTimeoutSeconds"}
+    assert globals_["Environment"]["Variables"]["OUTBOX_FUNCTION_TIMEOUT_SECONDS"] == {"Ref": "FunctionTimeoutSeconds"}
+    for name, function in of_type("AWS::Serverless::Function").items():
+        assert "Timeout" not in function["Properties"], f"{name} overrides the timeout the code is told"
+    # The defaults satisfy the rule the settings enforce: the lease outlives the timeout.
+    assert int(PARAMETERS["LeaseSeconds"]["Default"]) > int(PARAMETERS["FunctionTimeoutSeconds"]["Default"])
+
+
+def test_runtime_architecture_tracing_and_layer() -> None:
+    globals_ = TEMPLATE["Globals"]["Function"]
+    assert globals_["Runtime"] == "python3.12"
+    assert globals_["Architectures"] == ["arm64"]
+    assert globals_["Tracing"] == "Active"
+    assert globals_["Layers"] == [{"Ref": "SharedLayer"}]
+    layer = RESOURCES["SharedLayer"]
+    assert layer["Properties"]["ContentUri"] == "shared/"
+    assert layer["Metadata"]["BuildMethod"] == "python3.12"
+    assert layer["Metadata"]["BuildArchitecture"] == "arm64"
+
+
+@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"])
+def test_each_function_has_its_handler_and_a_log_group_with_retention(function: str) -> None:
+    props = RESOURCES[function]["Properties"]
+    module, _, attr = props["Handler"].rpartition(".")
+    source = ROOT / props["CodeUri"] / f"{module}.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    assert any(isinstance(n, ast.FunctionDef) and n.name == attr for n in tree.body), f"{source}: no {attr}()"
+    log_group = props["LoggingConfig"]["LogGroup"]["Ref"]
+    assert RESOURCES[log_group]["Type"] == "AWS::Logs::LogGroup"
+    assert RESOURCES[log_group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert RESOURCES[log_group].get("Condition") == RESOURCES[function].get("Condition")
+
+
+def test_relay_functions_share_one_code_and_differ_by_channel() -> None:
+    props = [RESOURCES[f]["Properties"] for f in RELAY_FUNCTIONS.values()]
+    assert {p["CodeUri"] for p in props} == {"functions/relay/"}
+    assert {p["Handler"] for p in props} == {"app.handler"}
+    assert [p["Environment"]["Variables"]["OUTBOX_CHANNEL"] for p in props] == list(RELAY_FUNCTIONS)
+
+
+# --------------------------------------------------------------------------
+# IAM: exactly what each function calls
+# --------------------------------------------------------------------------
+
+def _statements(function: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for policy in RESOURCES[function]["Properties"]["Policies"]:
+        if policy == {"Ref": "DatabaseAccessPolicy"}:
+            document = RESOURCES["DatabaseAccessPolicy"]["Properties"]["PolicyDocument"]
+        else:
+            document = policy
+        for statement in document["Statement"]:
+            if "Fn::If" in statement:
+                statement = statement["Fn::If"][1]
+            out.append(statement)
+    return out
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else list(action)
+
+
+@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"])
+def test_no_wildcard_actions_and_wildcard_resources_only_where_iam_has_no_resources(function: str) -> None:
+    for statement in _statements(function):
+        assert statement["Effect"] == "Allow"
+        for action in _actions(statement):
+            assert "*" not in action, action
+        if statement["Resource"] == "*":
+            assert _actions(statement) == ["ses:GetAccount"], statement
+
+
+def test_database_access_is_the_one_secret_or_the_one_iam_database_user() -> None:
+    statements = {s["Sid"]: s for s in _statements("MaintenanceFunction")}
+    assert statements["ReadDatabaseSecret"]["Action"] == "secretsmanager:GetSecretValue"
+    assert statements["ReadDatabaseSecret"]["Resource"] == {"Ref": "DatabaseSecretArn"}
+    assert statements["ConnectWithIamToken"]["Action"] == "rds-db:connect"
+    arn = resolve(statements["ConnectWithIamToken"]["Resource"])
+    assert arn == "arn:aws:rds-db:eu-west-1:123456789012:dbuser:<DatabaseIamResourceId>/<DatabaseIamUser>"
+    # Each is granted only under its own choice of DatabaseAuth
+    document = RESOURCES["DatabaseAccessPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    conditions = {s["Fn::If"][1]["Sid"]: s["Fn::If"][0] for s in document}
+    assert conditions["ReadDatabaseSecret"] == "UseSecretAuth"
+    assert conditions["ConnectWithIamToken"] == "UseIamAuth"
+    assert conditions["DecryptSecretsThroughSecretsManager"] == "HasSecretsKmsKey"
+    assert set(statements) == set(conditions), "the maintenance function needs the database only"
+
+
+def test_redis_relay_reads_only_its_redis_secret_beyond_the_database() -> None:
+    extra = [s for s in _statements("RelayRedisFunction") if s["Sid"] == "ReadRedisUrlSecret"]
+    assert extra == [{"Sid": "ReadRedisUrlSecret", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+                      "Resource": {"Ref": "RedisUrlSecretArn"}}]
+    assert not [a for s in _statements("RelayRedisFunction") for a in _actions(s) if a.startswith("ses:")]
+
+
+def test_ses_relay_may_call_exactly_the_ses_operations_its_code_calls() -> None:
+    # Given the SES v2 operations the publisher calls on its client
+    code = (ROOT / "shared" / "outbox_relay" / "publishers" / "ses.py").read_text(encoding="utf-8")
+    called = {"ses:" + "".join(w.capitalize() for w in op.split("_"))
+              for op in re.findall(r"self\.client\.([a-z_]+)\(", code)}
+    # Then the function's SES permissions are those operations
+    granted = {a for s in _statements("RelaySesFunction") for a in _actions(s) if a.startswith("ses:")}
+    assert granted == called == {"ses:SendEmail", "ses:GetAccount"}
+    (send,) = [s for s in _statements("RelaySesFunction") if "ses:SendEmail" in _actions(s)]
+    assert resolve(send["Resource"]) == [
+        "arn:aws:ses:eu-west-1:123456789012:identity/<SesSenderIdentity>",
+        "arn:aws:ses:eu-west-1:123456789012:configuration-set/<SesConfigurationSet>",
+    ]
+
+
+def test_functions_run_in_the_vpc() -> None:
+    vpc = TEMPLATE["Globals"]["Function"]["VpcConfig"]
+    assert vpc == {"SubnetIds": {"Ref": "SubnetIds"}, "SecurityGroupIds": {"Ref": "SecurityGroupIds"}}
+    assert PARAMETERS["SubnetIds"]["Type"] == "List<AWS::EC2::Subnet::Id>"
+
+
+# --------------------------------------------------------------------------
+# Parameters and outputs
+# --------------------------------------------------------------------------
+
+def test_parameters_the_issue_lists() -> None:
+    assert {"EnvironmentName", "RelayScheduleExpression", "BatchSize", "LeaseSeconds", "SubnetIds",
+            "SecurityGroupIds", "DatabaseAuth", "DatabaseSecretArn", "DatabaseIamUser", "DatabaseIamResourceId",
+            "RedisUrlSecretArn", "SesSenderIdentity", "SesConfigurationSet", "LogRetentionDays",
+            "AlarmEmail", "OldestPendingAgeAlarmSeconds"} <= set(PARAMETERS)
+    grouped = {p for g in TEMPLATE["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+               for p in g["Parameters"]}
+    assert grouped == set(PARAMETERS), "every parameter appears in one console group"
+
+
+def test_outputs_name_the_functions_dashboard_and_alarm_topic() -> None:
+    outputs = TEMPLATE["Outputs"]
+    assert outputs["RelayRedisFunctionArn"]["Value"] == {"Fn::GetAtt": ["RelayRedisFunction", "Arn"]}
+    assert outputs["RelaySesFunctionArn"]["Value"] == {"Fn::GetAtt": ["RelaySesFunction", "Arn"]}
+    assert outputs["MaintenanceFunctionArn"]["Value"] == {"Fn::GetAtt": ["MaintenanceFunction", "Arn"]}
+    assert outputs["AlarmTopicArn"]["Value"] == {"Ref": "AlarmTopic"}
+    assert resolve(outputs["DashboardUrl"]["Value"]).endswith("#dashboards:name=<Dashboard>")
