@@ -181,16 +181,10 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"messages[{i}].{exc.field}", exc.problem) from None
     for start in range(0, len(rows), BULK_CHUNK):
-        chunk = rows[start:start + BULK_CHUNK]
-        conn.execute(sql.INSERT_MESSAGES_BULK, {
-            "message_ids": [str(r["message_id"]) for r in chunk],
-            "channels": [r["channel"] for r in chunk],
-            "destinations": [r["destination"] for r in chunk],
-            "types": [r["type"] for r in chunk],
-            "keys": [r["key"] for r in chunk],
-            "payloads": [r["payload"] for r in chunk],
-            "headers": [r["headers"] for r in chunk],
-            "max_attempts": [r["max_attempts"] for r in chunk],
-            "deliver_ats": [r["deliver_at"] for r in chunk],
-        })
+        chunk = [
+            {**r, "i": i, "message_id": str(r["message_id"]),
+             "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
+            for i, r in enumerate(rows[start:start + BULK_CHUNK])
+        ]
+        conn.execute(sql.INSERT_MESSAGES_BULK, {"messages": json.dumps(chunk, ensure_ascii=False)})
     return [r["message_id"] for r in rows]

@@ -118,18 +118,22 @@ INSERT_MESSAGE = text(
     """
 )
 
-# Bulk enqueue: one statement per chunk, parallel arrays.
+# Bulk enqueue: one statement per chunk. The chunk travels as one JSON array
+# of objects (`producer.enqueue_events_bulk`), not as parallel text[] arrays:
+# pg8000 writes array elements unquoted unless they are exactly "NULL", and
+# PostgreSQL reads an unquoted null in any letter case as SQL NULL, so a key
+# "null" or a payload of JSON null would be lost. `i` keeps the caller's order
+# (seq follows it).
 INSERT_MESSAGES_BULK = text(
     """
     INSERT INTO outbox_message
         (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
     SELECT m.message_id, m.channel, m.destination, m.type, m.key, m.payload::jsonb,
            m.headers::jsonb, m.max_attempts, coalesce(m.deliver_at, now())
-      FROM unnest(
-            CAST(:message_ids AS uuid[]), CAST(:channels AS text[]), CAST(:destinations AS text[]),
-            CAST(:types AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
-            CAST(:headers AS text[]), CAST(:max_attempts AS int[]), CAST(:deliver_ats AS timestamptz[])
-           ) AS m(message_id, channel, destination, type, key, payload, headers, max_attempts, deliver_at)
+      FROM json_to_recordset(CAST(:messages AS json))
+           AS m(i int, message_id uuid, channel text, destination text, type text, key text,
+                payload text, headers text, max_attempts int, deliver_at timestamptz)
+     ORDER BY m.i
     ON CONFLICT (message_id) DO NOTHING
     """
 )

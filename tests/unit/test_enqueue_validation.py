@@ -1,6 +1,7 @@
 """Bad input is refused at enqueue with the field named, and nothing is written."""
 
 import math
+import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -87,4 +88,4 @@ def test_bulk_uses_one_statement_per_chunk():
     conn = RecordingConnection()
     ids = enqueue_events_bulk(conn, [good(payload={"n": i}) for i in range(2500)])
     assert len(ids) == 2500 and len(set(ids)) == 2500
-    assert [len(p["message_ids"]) for _, p in conn.calls] == [1000, 1000, 500]
+    assert [len(json.loads(p["messages"])) for _, p in conn.calls] == [1000, 1000, 500]

@@ -1,0 +1,156 @@
+"""`enqueue_events_bulk` on the real PostgreSQL: one round trip per chunk of
+1,000, every field stored, validation before anything is written, idempotent
+on message ids, and inside the caller's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
+
+from outbox_relay.errors import InvalidMessageError
+from outbox_relay.producer import BULK_CHUNK, enqueue_events_bulk
+
+
+@pytest.fixture
+def statements(app_engine):
+    """Every statement the engine sends to PostgreSQL, as SQL text."""
+    seen: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        seen.append(statement)
+
+    event.listen(app_engine, "before_cursor_execute", count)
+    yield seen
+    event.remove(app_engine, "before_cursor_execute", count)
+
+
+def inserts(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+
+
+def stored(app_engine) -> list[dict]:
+    with app_engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(text(
+            "SELECT *, available_at <= now() AS due FROM outbox_message ORDER BY seq"))]
+
+
+def events(n: int, prefix: str, **extra) -> list[dict]:
+    return [dict(stream=f"{prefix}orders", type="order.placed", payload={"n": i}, **extra) for i in range(n)]
+
+
+@pytest.mark.parametrize(("n", "round_trips"), [(1, 1), (BULK_CHUNK, 1), (BULK_CHUNK + 1, 2), (2500, 3)])
+def test_one_round_trip_per_chunk(app_engine, statements, redis_prefix, n, round_trips):
+    # Given n messages written in one application transaction
+    with app_engine.begin() as conn:
+        statements.clear()
+        ids = enqueue_events_bulk(conn, events(n, redis_prefix))
+        sent = list(statements)
+    # Then exactly one INSERT went to the server per chunk of 1,000, and nothing else
+    assert len(inserts(sent)) == round_trips and len(sent) == round_trips
+    # And every message is a pending row, due now, in the order given
+    rows = stored(app_engine)
+    assert [r["message_id"] for r in rows] == ids and len(set(ids)) == n
+    assert [r["payload"] for r in rows] == [{"n": i} for i in range(n)]
+    assert {(r["status"], r["attempts"], r["channel"], r["due"]) for r in rows} == {("pending", 0, "redis", True)}
+
+
+def test_every_field_is_stored(app_engine, redis_prefix):
+    later = datetime.now(timezone.utc) + timedelta(hours=2)
+    mid = uuid.uuid4()
+    messages = [
+        dict(stream=f"{redis_prefix}orders", type="order.placed", payload={"total": 12.5, "note": "größe ✓"},
+             key="customer-7", message_id=mid, max_attempts=4, headers={"trace": "abc"}),
+        dict(stream=f"{{{redis_prefix}tag}}:invoices", type="invoice.sent", payload=[1, 2, 3], deliver_at=later),
+        dict(stream=f"{redis_prefix}orders", type="order.paid", payload=None),
+        # Texts an array literal would read as SQL NULL if unquoted
+        dict(stream=f"{redis_prefix}null", type="Null", payload="NULL", key="null", headers={"h": "null"}),
+    ]
+    with app_engine.begin() as conn:
+        ids = enqueue_events_bulk(conn, iter(messages))  # any iterable
+    first, second, third, fourth = stored(app_engine)
+    assert ids[0] == mid and first["message_id"] == mid
+    assert (first["destination"], first["type"], first["key"], first["max_attempts"]) == \
+        (f"{redis_prefix}orders", "order.placed", "customer-7", 4)
+    assert first["payload"] == {"total": 12.5, "note": "größe ✓"} and first["headers"] == {"trace": "abc"}
+    assert first["due"] is True
+    assert second["destination"] == f"{{{redis_prefix}tag}}:invoices" and second["payload"] == [1, 2, 3]
+    assert second["due"] is False and abs((second["available_at"] - later).total_seconds()) < 0.001
+    assert (second["key"], second["headers"], second["max_attempts"]) == (None, None, None)
+    assert third["payload"] is None and third["type"] == "order.paid"  # JSON null, stored as JSON null
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT jsonb_typeof(payload) FROM outbox_message WHERE seq = :s"),
+                            {"s": third["seq"]}).scalar_one() == "null"
+    assert (fourth["destination"], fourth["type"], fourth["key"], fourth["payload"], fourth["headers"]) == \
+        (f"{redis_prefix}null", "Null", "null", "NULL", {"h": "null"})
+
+
+@pytest.mark.parametrize(("bad", "field"), [
+    ({"payload": float("nan")}, "messages[1502].payload"),
+    ({"stream": ""}, "messages[1502].stream"),
+    ({"type": "  "}, "messages[1502].type"),
+    ({"max_attempts": 0}, "messages[1502].max_attempts"),
+    ({"deliver_at": datetime(2030, 1, 1)}, "messages[1502].deliver_at"),
+    ({"message_id": "not-a-uuid"}, "messages[1502].message_id"),
+    ({"colour": "red"}, "messages[1502].colour"),
+])
+def test_an_invalid_message_names_its_position_and_nothing_is_written(app_engine, statements, redis_prefix,
+                                                                    bad, field):
+    # Given 2,000 messages of which #1502 is invalid (after a whole valid chunk)
+    messages = events(2000, redis_prefix)
+    messages[1502] = {**messages[1502], **bad}
+    with app_engine.begin() as conn:
+        statements.clear()
+        with pytest.raises(InvalidMessageError) as info:
+            enqueue_events_bulk(conn, messages)
+        sent = list(statements)
+    # Then the error names the message and its field, and no INSERT was sent
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert inserts(sent) == [] and stored(app_engine) == []
+
+
+def test_idempotent_on_message_ids(app_engine, redis_prefix):
+    ids = [uuid.uuid4() for _ in range(1200)]
+    with app_engine.begin() as conn:
+        first = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1},
+                                                message_id=i) for i in ids])
+    # The same ids again (a retried request), with different payloads, plus one new message
+    new = uuid.uuid4()
+    with app_engine.begin() as conn:
+        again = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 2},
+                                                message_id=str(i)) for i in ids + [new]])
+    assert first == ids and again == ids + [new]
+    rows = stored(app_engine)
+    assert len(rows) == 1201
+    assert [r["payload"] for r in rows[:1200]] == [{"v": 1}] * 1200  # the first write wins
+    assert rows[-1]["message_id"] == new
+
+
+def test_a_repeated_id_within_one_call_is_written_once(app_engine, redis_prefix):
+    mid = uuid.uuid4()
+    with app_engine.begin() as conn:
+        ids = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": v}, message_id=mid)
+                                         for v in (1, 2)])
+    assert ids == [mid, mid]
+    assert [(r["message_id"], r["payload"]) for r in stored(app_engine)] == [(mid, {"v": 1})]
+
+
+def test_rolled_back_with_the_business_change(app_engine, redis_prefix):
+    with pytest.raises(RuntimeError):
+        with app_engine.begin() as conn:
+            enqueue_events_bulk(conn, events(1500, redis_prefix))
+            raise RuntimeError("the business change failed")
+    assert stored(app_engine) == []
+
+
+def test_works_with_an_orm_session_and_an_empty_list(app_engine, statements, redis_prefix):
+    with Session(app_engine) as session, session.begin():
+        statements.clear()
+        assert enqueue_events_bulk(session, []) == []
+        assert statements == []
+        ids = enqueue_events_bulk(session, events(3, redis_prefix))
+    assert [r["message_id"] for r in stored(app_engine)] == ids
