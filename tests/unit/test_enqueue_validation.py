@@ -1,7 +1,7 @@
 """Bad input is refused at enqueue with the field named, and nothing is written."""
 
-import math
 import json
+import math
 import uuid
 from datetime import datetime, timedelta, timezone
 
