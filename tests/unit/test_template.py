@@ -19,100 +19,33 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.decode import cfn_yaml
+from template_model import ROOT, TemplateModel  # tests/template_model.py
 
 from outbox_relay import observability as obs
 from outbox_relay.config import MaintenanceSettings, Settings
 from outbox_relay.invocation import ScheduleEvent
 from outbox_relay.models import Channel
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = cfn_yaml.load(str(ROOT / "template.yaml"))
-RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
+MODEL = TemplateModel(every_condition=True)
+TEMPLATE = MODEL.doc
+RESOURCES: dict[str, Any] = MODEL.resources
 PARAMETERS: dict[str, Any] = TEMPLATE["Parameters"]
+resolve = MODEL.resolve
+of_type = MODEL.of_type
 
 #: The dimensions of every EMF document the code writes (checked against the
 #: handler's real output in tests/e2e/test_events.py).
 EMF_DIMENSIONS = {"channel", "service"}
 RELAY_FUNCTIONS = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
-PSEUDO = {"AWS::Region": "eu-west-1", "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
-          "AWS::StackName": "outbox-prod", "AWS::NoValue": None}
 #: Metrics the issue asks the dashboard to plot for each channel.
 DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
                          obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE}
-
-
-# --------------------------------------------------------------------------
-# A small evaluator of the template's intrinsic functions, every condition true
-# (all channels deployed), parameters at their defaults (`<Name>` where empty).
-# --------------------------------------------------------------------------
-
-def _value(name: str) -> Any:
-    if name in PSEUDO:
-        return PSEUDO[name]
-    if name in PARAMETERS:  # the default, or a placeholder where the default is empty
-        return str(PARAMETERS[name].get("Default", "")) or f"<{name}>"
-    if "." in name:
-        return f"<{name}>"
-    assert name in RESOURCES, f"reference to unknown {name}"
-    return f"<{name}>"
-
-
-def resolve(node: Any) -> Any:
-    if isinstance(node, dict) and len(node) == 1:
-        (key, arg), = node.items()
-        if key == "Ref":
-            return _value(arg)
-        if key == "Fn::GetAtt":
-            return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
-        if key == "Fn::If":
-            return resolve(arg[1])
-        if key == "Fn::Join":
-            return arg[0].join(str(resolve(x)) for x in arg[1])
-        if key == "Fn::Sub":
-            text, local = (arg, {}) if isinstance(arg, str) else (arg[0], {k: resolve(v) for k, v in arg[1].items()})
-            return re.sub(r"\$\{([^}!]+)\}", lambda m: str(local[m[1]] if m[1] in local else _value(m[1])), text)
-    if isinstance(node, dict):
-        return {k: resolve(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [resolve(v) for v in node if v != {"Ref": "AWS::NoValue"}]
-    return node
-
-
-def of_type(kind: str) -> dict[str, dict[str, Any]]:
-    return {name: r for name, r in RESOURCES.items() if r["Type"] == kind}
-
-
-NAMESPACE = resolve(TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"])
-
-
-def dashboard_metrics() -> list[tuple[str, str, dict[str, str]]]:
-    """(namespace, metric name, dimensions) of every dashboard series."""
-    (dashboard,) = of_type("AWS::CloudWatch::Dashboard").values()
-    body = json.loads(resolve(dashboard["Properties"]["DashboardBody"]))
-    series = []
-    for widget in body["widgets"]:
-        for entry in widget.get("properties", {}).get("metrics", []):
-            parts = [p for p in entry if not isinstance(p, dict)]
-            assert "." not in parts and "..." not in parts, f"write series out in full: {entry}"
-            series.append((parts[0], parts[1], dict(zip(parts[2::2], parts[3::2]))))
-    return series
-
-
-def alarm_metrics() -> list[tuple[str, str, str, dict[str, str]]]:
-    """(alarm, namespace, metric name, dimensions) of every metric an alarm watches."""
-    out = []
-    for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
-        props = resolve(alarm["Properties"])
-        watched = [props] if "MetricName" in props else [m["MetricStat"]["Metric"] for m in props["Metrics"]
-                                                         if "MetricStat" in m]
-        for m in watched:
-            out.append((name, m["Namespace"], m["MetricName"], {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}))
-    return out
+NAMESPACE = MODEL.metrics_namespace()
+dashboard_metrics = MODEL.dashboard_series
+alarm_metrics = MODEL.alarm_metrics
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,261 @@
+"""The sample events in events/ through the real handlers, and the path that
+stands in for `sam local invoke` (which needs Docker).
+
+- Every file in events/ is a schedule's event for a function of template.yaml.
+- Each relay event runs through functions/relay/app.py on this test's
+  PostgreSQL, Redis and (for SES) moto, and delivers what was enqueued.
+- The EMF output carries the namespace and exactly the dimensions that the
+  template's alarms and dashboard use (tests/unit/test_template.py checks the
+  names; here the real output is compared).
+- `sam local invoke -e events/<file>.json` with samconfig.toml's local
+  settings: SAM CLI's own code computes the function's environment from
+  template.yaml and infra/sam-env.json; with the compose hosts pointed at
+  this test's servers, `outbox relay --event` runs the handler in that
+  environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from sqlalchemy import text
+from template_model import ROOT, TemplateModel  # tests/template_model.py
+
+from outbox_relay import observability as obs
+from outbox_relay.email import enqueue_email
+from outbox_relay.local import LocalContext, load_handler
+from outbox_relay.local_ses import LocalSesServer
+from outbox_relay.producer import enqueue_events_bulk
+
+EVENTS = ROOT / "events"
+RELAY_FUNCTION = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
+SENDER = "outbox@example.com"
+EMF_DIMENSIONS = {"channel", "service"}  # as tests/unit/test_template.py expects of the template
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def relay_channel(event: dict[str, Any]) -> str | None:
+    """The channel a relay event is for (an EventBridge rule event: the Redis relay), else None."""
+    if "action" in event:
+        return None
+    if event.get("detail-type") == "Scheduled Event":
+        return event.get("channel", "redis")
+    return event.get("channel")
+
+
+RELAY_EVENTS = sorted(p.name for p in EVENTS.glob("*.json") if relay_channel(load(p)))
+
+
+def emf_documents(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{") and '"_aws"' in line]
+
+
+def assert_emf_matches_the_template(documents: list[dict[str, Any]], channel: str, namespace: str | None) -> None:
+    """The EMF output's namespace and dimensions are those the template's alarms watch."""
+    model = TemplateModel(every_condition=True)
+    watched = [(ns, name, dims) for _, ns, name, dims in model.alarm_metrics() if ns == model.metrics_namespace()]
+    watched += [s for s in model.dashboard_series() if s[0] == model.metrics_namespace()]
+    assert documents, "the handler wrote no EMF metrics"
+    for doc in documents:
+        (directive,) = doc["_aws"]["CloudWatchMetrics"]
+        if namespace is not None:
+            assert directive["Namespace"] == namespace == model.metrics_namespace()
+        (dimension_set,) = directive["Dimensions"]
+        assert set(dimension_set) == EMF_DIMENSIONS
+        emitted = {d: doc[d] for d in dimension_set}
+        assert emitted == {"channel": channel, "service": obs.SERVICE}
+        for metric in directive["Metrics"]:
+            for _, name, dims in watched:
+                if name == metric["Name"] and dims["channel"] == channel:
+                    assert dims == emitted, f"template watches {name} with {dims}, the code emits {emitted}"
+
+
+# --------------------------------------------------------------------------
+# Fixtures: moto SES server, seeding
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ses_server() -> Iterator[LocalSesServer]:
+    with LocalSesServer(max_send_rate=100) as server:
+        yield server
+
+
+@pytest.fixture
+def ses(ses_server: LocalSesServer, monkeypatch: pytest.MonkeyPatch) -> LocalSesServer:
+    ses_server.reset()
+    ses_server.verify(SENDER)
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": ses_server.region, "AWS_REGION": ses_server.region}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return ses_server
+
+
+def seed(channel: str, app_engine, redis_prefix: str, n: int = 3) -> str:
+    """Enqueue `n` messages for `channel`; returns the stream (redis) or recipient domain (ses)."""
+    with app_engine.begin() as conn:
+        if channel == "redis":
+            stream = redis_prefix + "events"
+            enqueue_events_bulk(conn, [dict(stream=stream, type="order.placed", payload={"n": i}) for i in range(n)])
+            return stream
+        for i in range(n):
+            enqueue_email(conn, to=f"customer{i}@example.net", subject=f"Order {i}", text="Thank you.")
+        return "example.net"
+
+
+def statuses(app_engine) -> list[tuple[str, str, bool]]:
+    with app_engine.connect() as conn:
+        rows = conn.execute(text("SELECT channel, status, delivery_ref IS NOT NULL FROM outbox_message"))
+        return sorted(tuple(r) for r in rows)
+
+
+# --------------------------------------------------------------------------
+# events/ against the template
+# --------------------------------------------------------------------------
+
+def test_every_sample_event_is_for_a_function_of_the_template() -> None:
+    model = TemplateModel(every_condition=True)
+    for path in sorted(EVENTS.glob("*.json")):
+        event = load(path)
+        channel = relay_channel(event)
+        if channel is not None:
+            assert channel in RELAY_FUNCTION and RELAY_FUNCTION[channel] in model.resources, path.name
+        else:
+            assert event["action"] in {"maintenance", "redrive"}, path.name
+    assert {"relay-redis-scheduler.json", "eventbridge-scheduled-event.json"} <= set(RELAY_EVENTS)
+
+
+# --------------------------------------------------------------------------
+# Each relay event through the real handler
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sample", RELAY_EVENTS)
+def test_relay_event_runs_through_the_handler(sample, relay_env, request, app_engine, redis_client, redis_prefix,
+                                              capsys, monkeypatch) -> None:
+    # Given a relay for the event's channel, and messages waiting for it
+    event = load(EVENTS / sample)
+    channel = relay_channel(event)
+    monkeypatch.setenv("OUTBOX_CHANNEL", channel)
+    if channel == "ses":
+        server = request.getfixturevalue("ses")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
+        monkeypatch.setenv("OUTBOX_SES_FROM", SENDER)
+    target = seed(channel, app_engine, redis_prefix)
+
+    # When the handler gets the sample event
+    summary = load_handler("relay")(event, LocalContext(60))
+
+    # Then everything was delivered, and the downstream has it
+    assert (summary["channel"], summary["claimed"], summary["delivered"], summary["dead"]) == (channel, 3, 3, 0)
+    assert statuses(app_engine) == [(channel, "delivered", True)] * 3
+    if channel == "redis":
+        assert redis_client.xlen(target) == 3
+    else:
+        sent = request.getfixturevalue("ses").sent_messages()
+        assert sorted(d for m in sent for d in m.destinations["ToAddresses"]) == [
+            f"customer{i}@example.net" for i in range(3)]
+    # and the metrics carry the dimensions the template's alarms watch
+    assert_emf_matches_the_template(emf_documents(capsys.readouterr().out), channel, namespace=None)
+
+
+# --------------------------------------------------------------------------
+# `sam local invoke`, without Docker
+# --------------------------------------------------------------------------
+
+def local_invoke_settings() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "samconfig.toml").read_text())["default"]["local_invoke"]["parameters"]
+
+
+@functools.cache
+def sam_functions() -> Any:
+    """SAM CLI's view of the template's functions under samconfig.toml's local parameter overrides."""
+    from samcli.lib.providers.sam_function_provider import SamFunctionProvider
+    from samcli.lib.providers.sam_stack_provider import SamLocalStackProvider
+
+    overrides = dict(item.split("=", 1) for item in local_invoke_settings()["parameter_overrides"].split())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # inside SAM CLI's template validation
+        stacks, _ = SamLocalStackProvider.get_stacks(str(ROOT / "template.yaml"), parameter_overrides=overrides)
+        return SamFunctionProvider(stacks)
+
+
+def sam_local_environment(function: str) -> dict[str, str]:
+    """The environment `sam local invoke <function>` gives the function with
+    samconfig.toml's local_invoke settings, computed by SAM CLI's own code."""
+    from samcli.local.lambdafn.env_vars import EnvironmentVariables
+
+    local = local_invoke_settings()
+    fn = sam_functions().get(function)
+    assert fn is not None, f"sam local invoke would not find {function}"
+    env_file = load(ROOT / local["env_vars"])
+    declared = fn.environment["Variables"]
+    for scope in ("Parameters", function):
+        undeclared = set(env_file.get(scope, {})) - set(declared)
+        assert not undeclared, f"sam local invoke ignores {undeclared} ({scope}): template.yaml does not declare them"
+    values = {**env_file.get("Parameters", {}), **env_file.get(function, {})}
+    return EnvironmentVariables(fn.name, fn.memory, fn.timeout, fn.handler, fn.logging_config,
+                                variables=declared, shell_env_values={}, override_values=values,
+                                aws_creds={"region": "us-east-1", "key": "testing", "secret": "testing"}).resolve()
+
+
+def test_sam_env_points_at_the_compose_services() -> None:
+    compose = yaml.safe_load((ROOT / "infra" / "docker-compose.yml").read_text())
+    network = compose["networks"]["default"]["name"]
+    assert local_invoke_settings()["docker_network"] == network
+    env_file = load(ROOT / "infra" / "sam-env.json")
+    urls = [env_file["Parameters"]["DATABASE_URL"], env_file["RelayRedisFunction"]["REDIS_URL"],
+            env_file["Parameters"]["AWS_ENDPOINT_URL"]]
+    for url in urls:
+        parts = urlsplit(url)
+        service = compose["services"][parts.hostname]
+        assert any(str(p).endswith(f":{parts.port}") for p in service["ports"]), url
+    assert compose["services"]["postgres"]["environment"]["POSTGRES_DB"] == urlsplit(urls[0]).path.lstrip("/")
+    assert f"--verify {SENDER}" in " ".join(compose["services"]["moto"]["command"])
+
+
+@pytest.mark.parametrize("channel", ["redis", "ses"])
+def test_sam_local_invoke_environment_runs_the_handler(channel, request, database_url, servers, app_engine,
+                                                       redis_client, redis_prefix) -> None:
+    # Given the environment sam local invoke would give the function, with the
+    # compose services replaced by this test's servers
+    env = sam_local_environment(RELAY_FUNCTION[channel])
+    assert env["OUTBOX_CHANNEL"] == channel and env["AWS_SAM_LOCAL"] == "true"
+    env["DATABASE_URL"] = database_url
+    env["REDIS_URL"] = servers.redis_url
+    if channel == "ses":
+        server = request.getfixturevalue("ses")
+        env["AWS_ENDPOINT_URL"] = server.url
+        assert SENDER in env["OUTBOX_SES_FROM"]
+    env["PATH"] = os.environ.get("PATH", "")
+    target = seed(channel, app_engine, redis_prefix)
+
+    # When `outbox relay --event` runs the handler on the schedule's sample event
+    sample = EVENTS / f"relay-{channel}-scheduler.json"
+    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", "relay", "--event", str(sample)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+    # Then it delivered, and its metrics are in the template's namespace with the alarms' dimensions
+    summary = json.loads(proc.stdout[proc.stdout.rindex("\n{") + 1:])
+    assert (summary["claimed"], summary["delivered"]) == (3, 3)
+    assert statuses(app_engine) == [(channel, "delivered", True)] * 3
+    if channel == "redis":
+        assert redis_client.xlen(target) == 3
+    else:
+        assert len(request.getfixturevalue("ses").sent_messages()) == 3
+    assert_emf_matches_the_template(emf_documents(proc.stdout), channel, namespace="OutboxRelay/prod")
