@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from typing import Any, Callable, TypeVar
@@ -88,26 +89,49 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
         raise ConfigurationError("DATABASE_CA_BUNDLE", f"cannot load CA bundle ({exc})") from exc
 
 
-def iam_token(host: str, port: int, user: str, region: str | None = None) -> str:
-    """A fresh RDS IAM authentication token (valid 15 minutes) for one new connection."""
+@functools.cache
+def _rds_client(region: str | None) -> Any:
     import boto3
 
-    return boto3.client("rds", region_name=region).generate_db_auth_token(
-        DBHostname=host, Port=port, DBUsername=user
-    )
+    return boto3.client("rds", region_name=region)
+
+
+def iam_token(host: str, port: int, user: str, region: str | None = None) -> str:
+    """A fresh RDS IAM authentication token (valid 15 minutes) for one new connection.
+
+    The token is a SigV4-presigned request made locally from the function's
+    credentials (no network call); `region` defaults to the environment's
+    (AWS_REGION in Lambda). "Connecting to your DB instance using IAM
+    authentication and the AWS SDK for Python (Boto3)", Amazon RDS User Guide.
+    """
+    return _rds_client(region).generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
+
+
+def _is_login_refused(exc: Exception) -> bool:
+    """True for a server's refusal of the credentials: SQLSTATE class 28
+    (invalid_authorization_specification 28000, invalid_password 28P01;
+    PostgreSQL documentation, Appendix A "PostgreSQL Error Codes")."""
+    detail = exc.args[0] if exc.args else None
+    return isinstance(detail, dict) and str(detail.get("C", "")).startswith("28")
 
 
 def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, int, str], str] | None = None) -> Engine:
     """Build the engine used by the lease store, once per container.
 
     `token_provider(host, port, user) -> password` overrides IAM token
-    generation (tests stub it). Raises `ConfigurationError` for unusable settings.
+    generation (tests stub it). Raises `ConfigurationError` for unusable
+    settings, among them IAM authentication without TLS, which RDS refuses
+    ("IAM database authentication for MariaDB, MySQL, and PostgreSQL",
+    Amazon RDS User Guide: connections must use SSL).
     """
+    if settings.database_iam_auth and settings.database_tls == "disable":
+        raise ConfigurationError("DATABASE_TLS", "IAM authentication needs TLS: set require or verify-full")
     url = base_url(settings)
     connect_args: dict[str, Any] = {"timeout": 10, "application_name": "outbox-relay"}
+    # pg8000 takes ssl_context=None as "try TLS unverified, else clear text";
+    # `disable` means no TLS at all, so pass False.
     ctx = _ssl_context(settings)
-    if ctx is not None:
-        connect_args["ssl_context"] = ctx
+    connect_args["ssl_context"] = ctx if ctx is not None else False
     engine = create_engine(
         url,
         isolation_level="AUTOCOMMIT",
@@ -129,14 +153,15 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
 
         @event.listens_for(engine, "do_connect")
         def _secret_password(dialect, conn_rec, cargs, cparams):  # noqa: ANN001
-            # Current credentials (cached); after a failed login fetch again, once:
-            # the secret may have been rotated since it was cached.
+            # Current credentials (cached); when the server refuses them, fetch
+            # the secret again, once: it may have been rotated since it was cached.
             cparams.update(_cparams(_secret_url(settings)))
             try:
                 return dialect.dbapi.connect(*cargs, **cparams)
-            except dialect.dbapi.InterfaceError:
-                raise
-            except dialect.dbapi.DatabaseError:
+            except dialect.dbapi.DatabaseError as exc:
+                if not _is_login_refused(exc):
+                    raise
+                log.info("database refused the cached credentials; fetching the secret again")
                 cparams.update(_cparams(_secret_url(settings, force_fetch=True)))
                 return dialect.dbapi.connect(*cargs, **cparams)
 
