@@ -341,3 +341,15 @@ def test_outputs_name_the_functions_dashboard_and_alarm_topic() -> None:
     assert outputs["MaintenanceFunctionArn"]["Value"] == {"Fn::GetAtt": ["MaintenanceFunction", "Arn"]}
     assert outputs["AlarmTopicArn"]["Value"] == {"Ref": "AlarmTopic"}
     assert resolve(outputs["DashboardUrl"]["Value"]).endswith("#dashboards:name=<Dashboard>")
+
+
+def test_the_deploy_documentation_names_every_parameter_and_alarm() -> None:
+    # The deploy section lives in docs/readme/deploy.md until it is merged into README.md.
+    docs = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "README.md", ROOT / "docs" / "readme" / "deploy.md")
+                   if p.exists())
+    missing = sorted(name for name in PARAMETERS if f"`{name}`" not in docs)
+    assert missing == []
+    for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
+        suffix = alarm["Properties"]["AlarmName"]["Fn::Sub"].removeprefix("${AWS::StackName}-")
+        generic = suffix.replace("-redis-", "-<channel>-").replace("-ses-", "-<channel>-")
+        assert f"`{generic}`" in docs, f"{name}: `{generic}` is not explained"
