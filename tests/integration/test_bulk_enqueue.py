@@ -42,20 +42,21 @@ def events(n: int, prefix: str, **extra) -> list[dict]:
     return [dict(stream=f"{prefix}orders", type="order.placed", payload={"n": i}, **extra) for i in range(n)]
 
 
-@pytest.mark.parametrize(("n", "round_trips"), [(1, 1), (BULK_CHUNK, 1), (BULK_CHUNK + 1, 2), (2500, 3)])
-def test_one_round_trip_per_chunk(app_engine, statements, redis_prefix, n, round_trips):
-    # Given n messages written in one application transaction
-    with app_engine.begin() as conn:
-        statements.clear()
-        ids = enqueue_events_bulk(conn, events(n, redis_prefix))
-        sent = list(statements)
-    # Then exactly one INSERT went to the server per chunk of 1,000, and nothing else
-    assert len(inserts(sent)) == round_trips and len(sent) == round_trips
-    # And every message is a pending row, due now, in the order given
-    rows = stored(app_engine)
-    assert [r["message_id"] for r in rows] == ids and len(set(ids)) == n
-    assert [r["payload"] for r in rows] == [{"n": i} for i in range(n)]
-    assert {(r["status"], r["attempts"], r["channel"], r["due"]) for r in rows} == {("pending", 0, "redis", True)}
+def test_one_round_trip_per_chunk(app_engine, statements, redis_prefix):
+    for n, round_trips in [(1, 1), (BULK_CHUNK, 1), (BULK_CHUNK + 1, 2), (2500, 3)]:
+        # Given n messages written in one application transaction
+        with app_engine.begin() as conn:
+            conn.execute(text("TRUNCATE outbox_message"))
+            statements.clear()
+            ids = enqueue_events_bulk(conn, events(n, redis_prefix))
+            sent = list(statements)
+        # Then exactly one INSERT went to the server per chunk of 1,000, and nothing else
+        assert len(inserts(sent)) == round_trips and len(sent) == round_trips, n
+        # And every message is a pending row, due now, in the order given
+        rows = stored(app_engine)
+        assert [r["message_id"] for r in rows] == ids and len(set(ids)) == n
+        assert [r["payload"] for r in rows] == [{"n": i} for i in range(n)]
+        assert {(r["status"], r["attempts"], r["channel"], r["due"]) for r in rows} == {("pending", 0, "redis", True)}
 
 
 def test_every_field_is_stored(app_engine, redis_prefix):
@@ -88,29 +89,28 @@ def test_every_field_is_stored(app_engine, redis_prefix):
         (f"{redis_prefix}null", "Null", "null", "NULL", {"h": "null"})
 
 
-@pytest.mark.parametrize(("bad", "field"), [
-    ({"payload": float("nan")}, "messages[1502].payload"),
-    ({"stream": ""}, "messages[1502].stream"),
-    ({"type": "  "}, "messages[1502].type"),
-    ({"max_attempts": 0}, "messages[1502].max_attempts"),
-    ({"deliver_at": datetime(2030, 1, 1)}, "messages[1502].deliver_at"),
-    ({"message_id": "not-a-uuid"}, "messages[1502].message_id"),
-    ({"colour": "red"}, "messages[1502].colour"),
-])
-def test_an_invalid_message_names_its_position_and_nothing_is_written(app_engine, statements, redis_prefix,
-                                                                    bad, field):
-    # Given 2,000 messages of which #1502 is invalid (after a whole valid chunk)
-    messages = events(2000, redis_prefix)
-    messages[1502] = {**messages[1502], **bad}
-    with app_engine.begin() as conn:
-        statements.clear()
-        with pytest.raises(InvalidMessageError) as info:
-            enqueue_events_bulk(conn, messages)
-        sent = list(statements)
-    # Then the error names the message and its field, and no INSERT was sent
-    assert info.value.field == field
-    assert str(info.value).startswith(f"{field}: ")
-    assert inserts(sent) == [] and stored(app_engine) == []
+def test_an_invalid_message_names_its_position_and_nothing_is_written(app_engine, statements, redis_prefix):
+    for bad, field in [
+        ({"payload": float("nan")}, "messages[1502].payload"),
+        ({"stream": ""}, "messages[1502].stream"),
+        ({"type": "  "}, "messages[1502].type"),
+        ({"max_attempts": 0}, "messages[1502].max_attempts"),
+        ({"deliver_at": datetime(2030, 1, 1)}, "messages[1502].deliver_at"),
+        ({"message_id": "not-a-uuid"}, "messages[1502].message_id"),
+        ({"colour": "red"}, "messages[1502].colour"),
+    ]:
+        # Given 2,000 messages of which #1502 is invalid (after a whole valid chunk)
+        messages = events(2000, redis_prefix)
+        messages[1502] = {**messages[1502], **bad}
+        with app_engine.begin() as conn:
+            statements.clear()
+            with pytest.raises(InvalidMessageError) as info:
+                enqueue_events_bulk(conn, messages)
+            sent = list(statements)
+        # Then the error names the message and its field, and no INSERT was sent
+        assert info.value.field == field
+        assert str(info.value).startswith(f"{field}: ")
+        assert inserts(sent) == [] and stored(app_engine) == []
 
 
 def test_idempotent_on_message_ids(app_engine, redis_prefix):
