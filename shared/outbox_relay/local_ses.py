@@ -86,6 +86,7 @@ class LocalSesServer:
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         self.port = self._server.get_host_and_port()[1]
+        self.reset()  # moto's state is per process: start from nothing, as a new server would
         return self
 
     def stop(self) -> None:

@@ -43,9 +43,11 @@ from .base import Deadline, RecordResults
 
 log = logging.getLogger(__name__)
 
-#: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM): N+1 sends can then only fall
-#: into one second if scheduling jitter between our grant and the request exceeds 3% of a second.
+#: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM), so N grants span 1.03 s.
 RATE_HEADROOM = 0.03
+#: A grant that comes late (a thread woke late) keeps the schedule if it is at most this late,
+#: seconds, so the rate does not drift down under load; later ones restart it from now.
+CATCH_UP_SECONDS = 0.01
 #: After a "Maximum sending rate exceeded" throttle, no send starts for this long, seconds.
 THROTTLE_PAUSE_SECONDS = 1.0
 #: Completed sends wait at most this long before being recorded, seconds.
@@ -177,37 +179,52 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
 
 class SendRateLimiter:
     """A token bucket of one token, refilled at `rate_per_second / (1 + headroom)`
-    (the "generic cell rate algorithm" form: one timestamp, no timer thread).
+    (in the "generic cell rate algorithm" form: one timestamp, no timer thread).
 
-    `reserve(cost)` returns the monotonic time at which the caller may send and
-    moves the next free slot `cost` intervals later; callers sleep until their
-    slot. Thread-safe. `hold(seconds)` pushes the next slot at least that far
-    into the future (after a throttle). Times in seconds of `clock`.
+    `acquire(cost)` blocks until the bucket allows a send *now*, then moves the
+    next allowed time `cost` intervals on. Grants are made just in time, under a
+    lock, with the current clock. A grant that comes at most `catch_up` seconds
+    late keeps the schedule (so scheduling delays do not lower the rate); a later
+    one restarts it from its own time. Hence any m + 1 consecutive grants span at
+    least m·interval − catch_up: with the defaults, N + 1 sends at MaxSendRate N
+    span at least 1.02 s, and no one-second window holds more than N unless the
+    time from grant to request varies by more than 20 ms. Thread-safe. Times are
+    seconds of `clock`.
     """
 
     def __init__(self, rate_per_second: float, *, headroom: float = RATE_HEADROOM,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 catch_up: float = CATCH_UP_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         if rate_per_second <= 0:
             raise ValueError("rate_per_second must be > 0")
         self.rate = rate_per_second
         self.interval = (1.0 + headroom) / rate_per_second
+        self.catch_up = catch_up
         self._clock = clock
         self._next = float("-inf")
         self._lock = threading.Lock()
 
     @property
     def effective_rate(self) -> float:
-        """Tokens per second actually granted."""
+        """Grants per second at most (single-cost)."""
         return 1.0 / self.interval
 
-    def reserve(self, cost: int = 1) -> float:
-        with self._lock:
-            now = self._clock()
-            at = max(now, self._next)
-            self._next = at + max(1, cost) * self.interval
-            return at
+    def acquire(self, cost: int = 1, *, seconds_left: Callable[[], float] = lambda: float("inf"),
+                wait: Callable[[float], bool] = threading.Event().wait) -> bool:
+        """Wait for a send of `cost` tokens (recipients). Returns False without a grant
+        when the wait would outlast `seconds_left()` or `wait(seconds)` returns True
+        (pass a stop event's `wait` to be woken when the batch stops)."""
+        while True:
+            with self._lock:
+                now = self._clock()
+                if now >= self._next:
+                    self._next = max(self._next, now - self.catch_up) + max(1, cost) * self.interval
+                    return True
+                delay = self._next - now
+            if delay > seconds_left() or wait(delay):
+                return False
 
     def hold(self, seconds: float) -> None:
+        """Grant nothing for `seconds` from now (after a throttle)."""
         with self._lock:
             self._next = max(self._next, self._clock() + seconds)
 
@@ -480,11 +497,8 @@ class SesPublisher:
     def _send(self, p: _Prepared, limiter: SendRateLimiter, deadline: Deadline, stop: threading.Event) -> _Attempt:
         """Worker thread: wait for the paced slot, send, classify. Never raises."""
         try:
-            at = limiter.reserve(p.cost)
-            delay = at - self._clock()
-            if delay > 0:
-                if delay > deadline.seconds_left() or stop.wait(delay):
-                    return _Attempt(p.seq, Verdict.NOT_STARTED)
+            if not limiter.acquire(p.cost, seconds_left=deadline.seconds_left, wait=stop.wait):
+                return _Attempt(p.seq, Verdict.NOT_STARTED)
             if stop.is_set() or deadline.passed():
                 return _Attempt(p.seq, Verdict.NOT_STARTED)
             try:
@@ -578,7 +592,8 @@ def create_ses_client(*, max_concurrency: int = 8, connect_timeout_seconds: floa
     try:
         return boto3.session.Session().client("sesv2", config=config)
     except NoRegionError:
-        raise ConfigurationError("AWS_REGION", "no AWS region is configured for the SES client") from None
+        raise ConfigurationError("AWS_DEFAULT_REGION", "no AWS region is configured for the SES client "
+                                 "(Lambda sets it; set it for local runs)") from None
 
 
 def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublisher:
