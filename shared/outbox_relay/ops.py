@@ -19,13 +19,13 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from .models import Channel, ErrorClass, MessageRow
+from .models import Channel, MessageRow
 
 T = TypeVar("T")
 
@@ -617,9 +617,4 @@ def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_tha
                                                   "older_than_seconds": float(dead_older_than_seconds)}):
                 return result
     return result
-
-
-def error_class_names() -> Sequence[str]:
-    """Every error class the relay records (for option choices)."""
-    return [e.value for e in ErrorClass]
 
