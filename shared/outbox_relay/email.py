@@ -159,6 +159,15 @@ def encode_header_value(value: str) -> str:
 
 # --- the payload model --------------------------------------------------------------------------
 
+def _as_attachment(item: Any) -> Any:
+    """An `Attachment`, a mapping, or a ``(filename, content[, content_type])`` tuple."""
+    if isinstance(item, Attachment):
+        return item
+    if isinstance(item, tuple) and len(item) in (2, 3):  # (filename, content[, content_type])
+        return {"filename": item[0], "content": item[1], **({"content_type": item[2]} if len(item) == 3 else {})}
+    return item
+
+
 class Attachment(BaseModel):
     """One attachment. Give `content` (bytes) at enqueue; it is stored as
     `content_base64` (standard base64). `content_type` defaults to a guess from
@@ -328,6 +337,13 @@ class EmailPayload(BaseModel):
             raise ValueError("must be 1-64 ASCII letters, digits, '_' or '-' (SES configuration set name)")
         return v
 
+    @field_validator("attachments", mode="before")
+    @classmethod
+    def _attachment_forms(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [_as_attachment(a) for a in v]
+        return v
+
     @field_validator("attachments")
     @classmethod
     def _attachments(cls, v: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
@@ -462,14 +478,6 @@ def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> byte
 
 # --- producer API ---------------------------------------------------------------------------------
 
-def _as_attachment(item: Any) -> Any:
-    if isinstance(item, Attachment):
-        return item
-    if isinstance(item, tuple) and len(item) in (2, 3):  # (filename, content[, content_type])
-        return {"filename": item[0], "content": item[1], **({"content_type": item[2]} if len(item) == 3 else {})}
-    return item
-
-
 def email_row(
     *,
     to: Sequence[str] | str = (),
@@ -494,7 +502,7 @@ def email_row(
         "from": sender, "to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to, "subject": subject,
         "html": html, "text": text, "headers": dict(headers or {}), "tags": dict(tags or {}),
         "configuration_set": configuration_set,
-        "attachments": [_as_attachment(a) for a in attachments],
+        "attachments": list(attachments),
     }
     try:
         payload = validate_payload(data)

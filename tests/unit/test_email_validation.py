@@ -1,0 +1,156 @@
+"""Validation at enqueue: one case per rule, each error naming the field (no database needed)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import datetime
+
+import pytest
+
+from outbox_relay import email as email_mod
+from outbox_relay.email import email_row, load_payload, parse_address
+from outbox_relay.errors import InvalidMessageError
+
+OK = {"to": ["ana@example.com"], "subject": "Hello", "text": "body"}
+
+
+def refused(**changes) -> InvalidMessageError:
+    with pytest.raises(InvalidMessageError) as err:
+        email_row(**(OK | changes))
+    return err.value
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    # at least one recipient, at most 50
+    ({"to": []}, "to", "at least one recipient"),
+    ({"to": [f"u{i}@example.com" for i in range(30)], "cc": [f"c{i}@example.com" for i in range(21)]},
+     "to", "at most 50"),
+    # addresses well formed (stdlib RFC 5322 parser + email-validator)
+    ({"to": ["ana@example.com", "not an address"]}, "to[1]", "well-formed"),
+    ({"to": ["ana@"]}, "to[0]", "well-formed"),
+    ({"to": ["ana@example"]}, "to[0]", "not a valid address"),
+    ({"to": ["ana@example.com, bob@example.com"]}, "to[0]", "exactly one address"),
+    ({"to": ["josé@example.com"]}, "to[0]", "non-ASCII local part"),
+    ({"cc": ["ana@example.com\r\nBcc: evil@example.com"]}, "cc[0]", "CR, LF"),
+    ({"bcc": ["<>"]}, "bcc[0]", ""),
+    ({"reply_to": ["help at example.com"]}, "reply_to[0]", ""),
+    ({"sender": "Shop noreply@"}, "sender", ""),
+    # a body
+    ({"text": None, "html": None}, "html/text", "html or a text body"),
+    ({"text": "", "html": ""}, "html/text", "html or a text body"),
+    ({"text": "nul \x00 inside"}, "text", "NUL"),
+    # subject: present, one line
+    ({"subject": "   "}, "subject", "blank"),
+    ({"subject": "Hi\r\nBcc: evil@example.com"}, "subject", "header injection"),
+    ({"subject": "x" * 999}, "subject", "998"),
+    # custom headers: legal names, no CR/LF in values, not ours, at most 15
+    ({"headers": {"X Bad Name": "v"}}, "headers", "RFC 5322 field-name"),
+    ({"headers": {"X-Colon:": "v"}}, "headers", "without a colon"),
+    ({"headers": {"X-Ünicode": "v"}}, "headers", "printable ASCII"),
+    ({"headers": {"X-Note": "a\r\nBcc: evil@example.com"}}, "headers", "header injection"),
+    ({"headers": {"X-Note": "a\nb"}}, "headers", "header injection"),
+    ({"headers": {"Subject": "other"}}, "headers", "own fields"),
+    ({"headers": {"bcc": "evil@example.com"}}, "headers", "own fields"),
+    ({"headers": {"X-SES-CONFIGURATION-SET": "x"}}, "headers", "X-SES-*"),
+    ({"headers": {f"X-H{i}": "v" for i in range(16)}}, "headers", "at most 15"),
+    ({"headers": {"X-Long": "v" * 996}}, "headers", "995"),
+    # tags: SES's character rules, 256 characters, our reserved name
+    ({"tags": {"has space": "v"}}, "tags", "ASCII letters, digits"),
+    ({"tags": {"kind": "a.b"}}, "tags", "ASCII letters, digits"),
+    ({"tags": {"kind": "é"}}, "tags", "ASCII letters, digits"),
+    ({"tags": {"k" * 257: "v"}}, "tags", "1-256"),
+    ({"tags": {"kind": ""}}, "tags", "1-256"),
+    ({"tags": {"outbox-message-id": "x"}}, "tags", "reserved"),
+    # configuration set name
+    ({"configuration_set": "has space"}, "configuration_set", "1-64"),
+    ({"configuration_set": "c" * 65}, "configuration_set", "1-64"),
+    # attachments
+    ({"attachments": [("../etc/passwd", b"x")]}, "attachments[0].filename", "not a path"),
+    ({"attachments": [("a\r\n.txt", b"x")]}, "attachments[0].filename", "control characters"),
+    ({"attachments": [("a.bin", b"x", "not a type")]}, "attachments[0].content_type", "MIME type"),
+    ({"attachments": [("a.eml", b"x", "multipart/mixed")]}, "attachments[0].content_type", "multipart"),
+    ({"attachments": [{"filename": "a.txt", "content": "text, not bytes"}]}, "attachments[0]", "bytes"),
+    # the row's own fields
+    ({"message_id": "not-a-uuid"}, "message_id", "UUID"),
+    ({"deliver_at": datetime(2030, 1, 1)}, "deliver_at", "timezone-aware"),
+    ({"max_attempts": 0}, "max_attempts", "1 to 1000"),
+])
+def test_each_rule_is_refused_with_the_field_named(changes, field, words):
+    err = refused(**changes)
+    assert err.field == field
+    assert words in err.problem
+    assert str(err).startswith(f"{field}: ")
+
+
+def test_total_size_is_limited_to_the_ses_v2_maximum(monkeypatch):
+    # Given the SES v2 limit of 40 MB, checked on the MIME message with attachments base64-encoded
+    assert email_mod.MAX_MESSAGE_BYTES == 40_000_000
+    monkeypatch.setattr(email_mod, "MAX_MESSAGE_BYTES", 20_000)
+
+    # When the attachment makes the message exceed it, or the body alone does
+    with_attachment = refused(attachments=[("big.bin", b"\x00" * 15_000)])  # 20,000 bytes as base64
+    long_body = refused(text="x" * 16_000)
+
+    # Then the error names the field that made it too large
+    assert with_attachment.field == "attachments" and "bytes as MIME" in with_attachment.problem
+    assert long_body.field == "html/text"
+    assert email_row(**(OK | {"attachments": [("small.bin", b"\x00" * 10_000)]}))
+
+
+def test_utf8_subjects_bodies_and_names_are_stored_intact():
+    # Given Korean, emoji and accents everywhere text is allowed
+    row = email_row(to=["박지우 <jiwoo@example.com>"], cc=["Zoë Müller <zoe@example.com>"],
+                    subject="주문 확인 🎉 — crème brûlée", text="안녕하세요 🌶️\nçà et là",
+                    html="<p>Ñandú 🐦</p>", headers={"X-Note": "été"}, sender="Café Ünïcode <noreply@shop.example>")
+
+    # Then the stored JSON holds them as given (UTF-8 in jsonb, no escaping to ASCII needed)
+    payload = json.loads(row["payload"])
+    assert payload["to"] == ["박지우 <jiwoo@example.com>"]
+    assert payload["cc"] == ["Zoë Müller <zoe@example.com>"]
+    assert payload["from"] == "Café Ünïcode <noreply@shop.example>"
+    assert (payload["subject"], payload["text"], payload["html"]) == \
+        ("주문 확인 🎉 — crème brûlée", "안녕하세요 🌶️\nçà et là", "<p>Ñandú 🐦</p>")
+    assert payload["headers"] == {"X-Note": "été"}
+    assert (row["channel"], row["type"], row["destination"]) == ("ses", "email", "ses")
+
+
+def test_addresses_are_normalised_for_ses():
+    # An internationalised domain is stored in ASCII (punycode); the display name is kept, quoted if needed
+    assert parse_address("Jiwoo <jiwoo@bücher.example>") == "Jiwoo <jiwoo@xn--bcher-kva.example>"
+    assert parse_address('"Park, Jiwoo" <jiwoo@EXAMPLE.com>') == '"Park, Jiwoo" <jiwoo@example.com>'
+    assert parse_address("<ana@example.com>") == "ana@example.com"
+    # A single address may be given as a string, a configuration set becomes the destination
+    row = email_row(to="ana@example.com", subject="s", text="t", configuration_set="transactional")
+    assert json.loads(row["payload"])["to"] == ["ana@example.com"]
+    assert row["destination"] == "transactional"
+
+
+def test_a_stored_payload_is_validated_again_without_echoing_it():
+    # Given rows written by hand: a bad address, bad base64, an unknown key, not JSON
+    good = json.loads(email_row(**OK)["payload"])
+    cases = {
+        "to[0]": good | {"to": ["ana.secret@"]},
+        "attachments[0].content_base64": good | {"attachments": [{"filename": "a.txt", "content_base64": "%%%"}]},
+        "unexpected": good | {"unexpected": "field"},
+    }
+    for field, payload in cases.items():
+        with pytest.raises(InvalidMessageError) as err:
+            load_payload(json.dumps(payload))
+        # Then the error names the field and the kind of problem, never the stored value
+        assert err.value.field == field
+        assert "ana.secret" not in str(err.value) and "%%%" not in str(err.value)
+    with pytest.raises(InvalidMessageError) as err:
+        load_payload("{not json")
+    assert "json_invalid" in str(err.value)
+
+
+def test_attachment_given_as_bytes_is_stored_as_standard_base64_with_a_guessed_type():
+    data = bytes(range(256))
+    row = email_row(**(OK | {"attachments": [{"filename": "photo.png", "content": data}],
+                            "message_id": uuid.UUID(int=7)}))
+    [stored] = json.loads(row["payload"])["attachments"]
+    assert stored == {"filename": "photo.png", "content_type": "image/png",
+                      "content_base64": base64.b64encode(data).decode()}
+    assert row["message_id"] == uuid.UUID(int=7)
