@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 from email import policy
+from email.header import decode_header, make_header
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,4 +86,4 @@ def test_api_fields_are_encoded_for_ses():
     assert encode_header_value("<https://x.example/u>") == "<https://x.example/u>"
     encoded = encode_header_value("été " * 100)
     assert encoded.isascii() and "\n" not in encoded
-    assert str(email.header.make_header(email.header.decode_header(encoded))) == "été " * 100
+    assert str(make_header(decode_header(encoded))) == "été " * 100

@@ -289,8 +289,6 @@ class SesPublisher:
         self._rate: float | None = None
         self._quota_left: int | None = None
         self._simple_headers = _supports_simple_headers(client)
-        #: What the last gate read: MaxSendRate, Max24HourSend, SentLast24Hours (for reports).
-        self.last_account: dict[str, float] = {}
 
     # -- gate and claim size --------------------------------------------------------------------
     def gate(self) -> str | None:
@@ -299,7 +297,7 @@ class SesPublisher:
         up (nothing is claimed), else None. Reads ``MaxSendRate`` for this invocation."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        self._rate, self._quota_left, self.last_account = None, None, {}
+        self._rate, self._quota_left = None, None
         try:
             account = self.client.get_account()
         except ClientError as exc:
@@ -323,8 +321,6 @@ class SesPublisher:
         if self.max_send_rate is not None:
             rate = min(rate, self.max_send_rate) if rate else self.max_send_rate
         self._rate = rate or FALLBACK_SEND_RATE
-        self.last_account = {"MaxSendRate": float(account_rate or 0), "Max24HourSend": float(max24 or 0),
-                             "SentLast24Hours": sent, "rate_used": self._rate}
         log.info("ses gate open", extra={"max_send_rate": account_rate, "rate_used": self._rate,
                                           "quota_left": self._quota_left})
         return None
