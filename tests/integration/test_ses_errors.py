@@ -7,8 +7,9 @@ from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, 
 
 from sqlalchemy import text
 
+from outbox_relay.backoff import Backoff
 from outbox_relay.local_ses import fail_send_email
-from outbox_relay.relay import run_batch
+from outbox_relay.relay import RelayPolicy, run_batch
 from ses_support import (CONFIGURATION_SET, SENDER_IDENTITY, aws_env, enqueue_mail, make_publisher,  # noqa: F401
                          sent_messages, ses, ses_store)
 
@@ -25,6 +26,11 @@ def _victim(case: str) -> str:
     return "victim-" + "".join(c if c.isalnum() else "-" for c in case) + "@example.com"
 
 
+#: Deferrals far apart, so each class is recognisable by when the message is due again
+#: however long the batch took: throttled 300 s, transient backoff 900-1000 s.
+WIDE = RelayPolicy(batch_size=100, lease_seconds=30, backoff=Backoff(base=1000, cap=2000, floor=900),
+                   throttle_delay_seconds=300)
+
 # (fault, status, attempts, error class, due in (low, high) seconds or None, error text must contain)
 MESSAGE_OUTCOMES = {
     "recipient rejected": (("MessageRejected", "Email address is not verified. The following identities failed "
@@ -35,25 +41,25 @@ MESSAGE_OUTCOMES = {
     "bad request": (("BadRequestException", "Invalid header name", 400), "dead", 1, "permanent", None,
                     "BadRequestException"),
     "too many requests": (("TooManyRequestsException", "Too many requests", 429),
-                          "pending", 0, "throttled", (0.0, 2.05), "TooManyRequestsException"),
+                          "pending", 0, "throttled", (250.0, 300.05), "TooManyRequestsException"),
     "limit exceeded": (("LimitExceededException", "Too many instances", 400),
-                       "pending", 0, "throttled", (0.0, 2.05), "LimitExceededException"),
+                       "pending", 0, "throttled", (250.0, 300.05), "LimitExceededException"),
     "maximum sending rate": (("Throttling", "Maximum sending rate exceeded.", 400),
-                             "pending", 0, "throttled", (0.0, 2.05), "Maximum sending rate exceeded"),
+                             "pending", 0, "throttled", (250.0, 300.05), "Maximum sending rate exceeded"),
     "internal failure (500)": (("InternalFailure", "internal error", 500),
-                               "pending", 1, "transient", (1.0, 10.05), "InternalFailure"),
+                               "pending", 1, "transient", (850.0, 1000.05), "InternalFailure"),
     "service unavailable (503)": (("ServiceUnavailable", "unavailable", 503),
-                                  "pending", 1, "transient", (1.0, 10.05), "ServiceUnavailable"),
+                                  "pending", 1, "transient", (850.0, 1000.05), "ServiceUnavailable"),
     "connection refused": (EndpointConnectionError(endpoint_url="https://email.us-east-1.amazonaws.com"),
-                           "pending", 1, "transient", (1.0, 10.05), "EndpointConnectionError"),
+                           "pending", 1, "transient", (850.0, 1000.05), "EndpointConnectionError"),
     "read timeout": (ReadTimeoutError(endpoint_url="https://email.us-east-1.amazonaws.com"),
-                     "pending", 1, "transient", (1.0, 10.05), "ReadTimeoutError"),
+                     "pending", 1, "transient", (850.0, 1000.05), "ReadTimeoutError"),
     "connection reset": (ConnectionClosedError(endpoint_url="https://email.us-east-1.amazonaws.com"),
-                         "pending", 1, "transient", (1.0, 10.05), "ConnectionClosedError"),
+                         "pending", 1, "transient", (850.0, 1000.05), "ConnectionClosedError"),
 }
 
 
-def test_message_level_error_classes(ses, ses_store, enqueue_mail, policy, plenty, rows):
+def test_message_level_error_classes(ses, ses_store, enqueue_mail, plenty, rows):
     # Given one email per error class, each to a recipient whose send fails that way, among good ones
     cases = list(MESSAGE_OUTCOMES)
     victims = {_victim(c): c for c in cases}
@@ -71,7 +77,7 @@ def test_message_level_error_classes(ses, ses_store, enqueue_mail, policy, plent
     enqueue_mail(len(addresses), to=lambda i: [addresses[i]])
 
     # When one invocation runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = run_batch(ses_store, make_publisher(ses), WIDE, plenty, "owner-1")
 
     # Then the batch is not stopped and the good ones are delivered
     assert summary.stopped is None
