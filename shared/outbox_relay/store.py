@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from . import sql
 from .db import run_with_retry
-from .models import Channel, ClaimedMessage, Outcome, OutcomeKind, Status
+from .models import Channel, ClaimedMessage, Outcome, OutcomeKind
 
 
 def lease_token(request_id: str) -> str:
@@ -85,33 +85,21 @@ class LeaseStore:
         params = {
             "owner": owner,
             "default_max_attempts": self.default_max_attempts,
-            "seqs": [o.seq for o in outcomes],
-            "kinds": [o.kind.value for o in outcomes],
-            "error_classes": [o.error_class.value if o.error_class else None for o in outcomes],
-            "errors": [truncate(o.error, cap) for o in outcomes],
-            "refs": [o.delivery_ref for o in outcomes],
-            "delays": [float(o.delay_seconds) for o in outcomes],
+            "seqs": array_literal([o.seq for o in outcomes]),
+            "kinds": array_literal([o.kind.value for o in outcomes]),
+            "error_classes": text_array_literal([o.error_class.value if o.error_class else None for o in outcomes]),
+            "errors": text_array_literal([truncate(o.error, cap) for o in outcomes]),
+            "refs": text_array_literal([o.delivery_ref for o in outcomes]),
+            "delays": (array_literal([float(o.delay_seconds) for o in outcomes])
+                       if any(o.delay_seconds for o in outcomes) else None),
         }
 
         def work(conn):
-            return conn.execute(sql.RECORD_OUTCOMES, params).fetchall()
+            return conn.execute(sql.RECORD_OUTCOMES, params).one()
 
-        rows = run_with_retry(self.engine, work)
-        kinds = {o.seq: o.kind for o in outcomes}
-        delivered = retried = dead = released = 0
-        done = set()
-        for seq, status in rows:
-            done.add(seq)
-            if status == Status.DELIVERED.value:
-                delivered += 1
-            elif status == Status.DEAD.value:
-                dead += 1
-            elif kinds[seq] is OutcomeKind.RELEASE:
-                released += 1
-            else:
-                retried += 1
-        lost = tuple(o.seq for o in outcomes if o.seq not in done)
-        return RecordResult(delivered, retried, dead, released, len(lost), lost)
+        delivered, retried, dead, released, lost = run_with_retry(self.engine, work)
+        lost_seqs = tuple(lost or ())
+        return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs)
 
     def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
                 error_class=None, error: str | None = None) -> RecordResult:
@@ -124,6 +112,26 @@ class LeaseStore:
         return float(run_with_retry(
             self.engine, lambda c: c.execute(sql.OLDEST_PENDING_AGE, {"channel": self.channel.value}).scalar_one()
         ))
+
+
+def array_literal(values: Sequence[int | float | str]) -> str:
+    """A PostgreSQL array literal of numbers or of words that need no quoting
+    (outcome kinds), e.g. ``'{1,2,3}'``; cast it in SQL (`CAST(:x AS bigint[])`)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def text_array_literal(values: Sequence[str | None]) -> str | None:
+    """A PostgreSQL text[] literal with every element quoted (so a text "null"
+    stays text), None elements as NULL; None when every element is None.
+
+    NUL characters, which PostgreSQL text cannot hold, are dropped."""
+    if all(v is None for v in values):
+        return None
+    return "{" + ",".join(
+        "NULL" if v is None else
+        '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\x00", "") + '"'
+        for v in values
+    ) + "}"
 
 
 def truncate(text: str | None, limit: int) -> str | None:
