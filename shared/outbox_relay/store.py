@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import secrets
 from dataclasses import dataclass
 from typing import Sequence
@@ -68,8 +69,9 @@ class LeaseStore:
             return conn.execute(sql.CLAIM, params).fetchall()
 
         rows = run_with_retry(self.engine, work)
-        messages = [ClaimedMessage.from_row(r) for r in rows]
-        messages.sort(key=lambda m: m.seq)
+        from_row = ClaimedMessage.from_row
+        messages = [from_row(r) for r in rows]
+        messages.sort(key=_seq_of)
         return messages
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
@@ -112,6 +114,9 @@ class LeaseStore:
         return float(run_with_retry(
             self.engine, lambda c: c.execute(sql.OLDEST_PENDING_AGE, {"channel": self.channel.value}).scalar_one()
         ))
+
+
+_seq_of = operator.attrgetter("seq")
 
 
 def array_literal(values: Sequence[int | float | str]) -> str:
