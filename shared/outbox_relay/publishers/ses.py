@@ -31,6 +31,7 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -45,9 +46,9 @@ log = logging.getLogger(__name__)
 
 #: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM), so N grants span 1.03 s.
 RATE_HEADROOM = 0.03
-#: A grant that comes late (a thread woke late) keeps the schedule if it is at most this late,
-#: seconds, so the rate does not drift down under load; later ones restart it from now.
-CATCH_UP_SECONDS = 0.01
+#: A late grant (a garbage-collection pause, a busy interpreter) may catch up this much of the
+#: schedule, seconds, so pauses do not lower the average rate (the window still caps every 1.03 s).
+CATCH_UP_SECONDS = 0.25
 #: After a "Maximum sending rate exceeded" throttle, no send starts for this long, seconds.
 THROTTLE_PAUSE_SECONDS = 1.0
 #: Completed sends wait at most this long before being recorded, seconds.
@@ -178,18 +179,23 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
 
 
 class SendRateLimiter:
-    """A token bucket of one token, refilled at `rate_per_second / (1 + headroom)`
-    (in the "generic cell rate algorithm" form: one timestamp, no timer thread).
+    """Paces sends below `rate_per_second` (recipients per second): a token bucket
+    of one token refilled at `rate_per_second / (1 + headroom)` (in the "generic
+    cell rate algorithm" form: one timestamp, no timer thread), guarded by a
+    sliding window that never grants more than `rate_per_second` tokens within
+    `1 + headroom` seconds.
 
-    `acquire(cost)` blocks until the bucket allows a send *now*, then moves the
-    next allowed time `cost` intervals on. Grants are made just in time, under a
-    lock, with the current clock. A grant that comes at most `catch_up` seconds
-    late keeps the schedule (so scheduling delays do not lower the rate); a later
-    one restarts it from its own time. Hence any m + 1 consecutive grants span at
-    least m·interval − catch_up: with the defaults, N + 1 sends at MaxSendRate N
-    span at least 1.02 s, and no one-second window holds more than N unless the
-    time from grant to request varies by more than 20 ms. Thread-safe. Times are
-    seconds of `clock`.
+    `acquire(cost)` blocks until both allow a send *now*, then records the grant
+    at the current clock, under a lock (grants are just in time: a thread that
+    wakes late sends late and never makes the next one early). A grant that comes
+    late (a garbage-collection pause, a busy interpreter) may catch up to
+    `catch_up` seconds of the schedule, so pauses do not lower the average rate;
+    the window keeps the catch-up from ever putting more than `rate_per_second`
+    grants into 1.03 s. So no one-second window holds more than MaxSendRate
+    sends unless the time from grant to request varies by more than 30 ms.
+    A send costing more than the whole budget (an email with more recipients
+    than the rate) waits for an empty window and goes alone. Thread-safe. Times
+    are seconds of `clock`.
     """
 
     def __init__(self, rate_per_second: float, *, headroom: float = RATE_HEADROOM,
@@ -198,9 +204,12 @@ class SendRateLimiter:
             raise ValueError("rate_per_second must be > 0")
         self.rate = rate_per_second
         self.interval = (1.0 + headroom) / rate_per_second
+        self.window = 1.0 + headroom
         self.catch_up = catch_up
         self._clock = clock
-        self._next = float("-inf")
+        self._next: float | None = None
+        self._granted: deque[tuple[float, int]] = deque()
+        self._in_window = 0
         self._lock = threading.Lock()
 
     @property
@@ -213,20 +222,28 @@ class SendRateLimiter:
         """Wait for a send of `cost` tokens (recipients). Returns False without a grant
         when the wait would outlast `seconds_left()` or `wait(seconds)` returns True
         (pass a stop event's `wait` to be woken when the batch stops)."""
+        cost = max(1, int(cost))
         while True:
             with self._lock:
                 now = self._clock()
-                if now >= self._next:
-                    self._next = max(self._next, now - self.catch_up) + max(1, cost) * self.interval
+                while self._granted and self._granted[0][0] <= now - self.window:
+                    self._in_window -= self._granted.popleft()[1]
+                delay = 0.0 if self._next is None else self._next - now
+                if self._granted and self._in_window + cost > self.rate:
+                    delay = max(delay, self._granted[0][0] + self.window - now)
+                if delay <= 0:
+                    base = now if self._next is None else max(self._next, now - self.catch_up)
+                    self._next = base + cost * self.interval
+                    self._granted.append((now, cost))
+                    self._in_window += cost
                     return True
-                delay = self._next - now
             if delay > seconds_left() or wait(delay):
                 return False
 
     def hold(self, seconds: float) -> None:
         """Grant nothing for `seconds` from now (after a throttle)."""
         with self._lock:
-            self._next = max(self._next, self._clock() + seconds)
+            self._next = max(self._next or 0.0, self._clock() + seconds)
 
 
 @dataclass(frozen=True, slots=True)
