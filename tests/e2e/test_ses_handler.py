@@ -37,7 +37,7 @@ def local_ses():
         yield server
 
 
-def seed(app_engine, sender_note: str = "") -> list:
+def seed(app_engine) -> list:
     mails = [
         dict(to=["박지우 <jiwoo@example.com>"], subject="주문 확인 🎉", text="감사합니다 🙏"),
         dict(to=["zoe@example.com"], subject="Crème brûlée ✓", html="<p>Zoë — merci !</p>"),
@@ -105,9 +105,9 @@ def test_handler_process_configured_like_sam_local_invoke_reaches_moto(local_ses
     assert subjects == sorted(["주문 확인 🎉", "Crème brûlée ✓", "Recibo ☕"])
 
 
-def test_handler_in_process_with_the_sesv2_endpoint_variable(local_ses, relay_env, monkeypatch, app_engine):
-    # Given the SES relay's environment, with AWS_ENDPOINT_URL_SESV2 pointing at the local SES
-    local_ses.verify("noreply@shop.example")
+@pytest.fixture
+def ses_env(local_ses, relay_env, monkeypatch):
+    """The SES relay's environment, AWS_ENDPOINT_URL_SESV2 pointing at the local SES."""
     monkeypatch.setenv("OUTBOX_CHANNEL", "ses")
     monkeypatch.setenv("OUTBOX_SES_FROM", "Shop <noreply@shop.example>")
     monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", local_ses.url)
@@ -117,6 +117,11 @@ def test_handler_in_process_with_the_sesv2_endpoint_variable(local_ses, relay_en
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     runtime.reset()
+
+
+def test_handler_in_process_with_the_sesv2_endpoint_variable(local_ses, ses_env, app_engine):
+    # Given the SES relay's environment, with AWS_ENDPOINT_URL_SESV2 pointing at the local SES
+    local_ses.verify("noreply@shop.example")
     ids = seed(app_engine)
     handler = load_handler("relay")
     sample = json.loads(EVENT.read_text())
@@ -135,3 +140,27 @@ def test_handler_in_process_with_the_sesv2_endpoint_variable(local_ses, relay_en
     with pytest.raises(ConfigurationError) as err:
         handler(dict(sample, channel="redis"), LocalContext(30))
     assert err.value.variable == "OUTBOX_CHANNEL"
+
+
+def test_configured_sender_refused_stops_the_batch_and_emits_the_metric(local_ses, ses_env, app_engine, capsys):
+    # Given emails from the configured sender, an identity the local SES has not verified
+    seed(app_engine)
+    handler = load_handler("relay")
+
+    # When the handler runs on the sample event
+    summary = handler(json.loads(EVENT.read_text()), LocalContext(30))
+
+    # Then the batch is stopped, everything released with attempts refunded, nothing sent
+    assert (summary["stopped"], summary["claimed"], summary["released"], summary["delivered"]) == \
+        ("stop_batch", 3, 3, 0)
+    with app_engine.connect() as conn:
+        states = {tuple(r) for r in conn.execute(text(
+            "SELECT status, attempts, last_error_class FROM outbox_message"))}
+    assert states == {("pending", 0, "configuration")}
+    assert local_ses.sent_messages() == []
+
+    # And the invocation's EMF metrics say the batch was stopped
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{") and '"_aws"' in line]
+    stopped = [b["BatchStopped"] for b in blobs if "BatchStopped" in b]
+    assert stopped and sum(v if isinstance(v, (int, float)) else sum(v) for v in stopped) == 1
