@@ -13,8 +13,8 @@ from botocore.stub import Stubber
 from outbox_relay.email import email_row
 from outbox_relay.models import ClaimedMessage, ErrorClass, Status
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses import (SendRateLimiter, SesPublisher, Verdict, _redact, _redactions,
-                                         classify_client_error)
+from outbox_relay.publishers.ses import (SendRateLimiter, SesPublisher, Verdict, _mailboxes, _redact,
+                                         _redactions, classify_client_error)
 
 SENDER = "noreply@shop.example"
 C, P, T, TH, D = (ErrorClass.CONFIGURATION, ErrorClass.PERMANENT, ErrorClass.TRANSIENT, ErrorClass.THROTTLED,
@@ -64,7 +64,7 @@ def test_stored_error_text_loses_the_messages_addresses():
     p = email_row(to=["박지우 <jiwoo@example.com>"], cc=["cc@example.com"], subject="s", text="t")
     from outbox_relay.email import load_payload
 
-    pairs = _redactions(load_payload(p["payload"]), "Shop <noreply@shop.example>")
+    pairs = _redactions(_mailboxes(load_payload(p["payload"]), "Shop <noreply@shop.example>"))
     text = ("Email address is not verified. The following identities failed the check: jiwoo@example.com, "
             "CC@EXAMPLE.COM, noreply@shop.example, stranger@elsewhere.example")
     assert _redact(text, pairs) == ("Email address is not verified. The following identities failed the check: "

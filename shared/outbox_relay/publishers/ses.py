@@ -253,7 +253,7 @@ class _Prepared:
     cost: int
     own_sender: str | None
     own_configuration_set: str | None
-    redactions: tuple[tuple[str, str], ...]
+    mailboxes: tuple[tuple[str, str], ...]  # (role, canonical mailbox), to redact error texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,7 +504,7 @@ class SesPublisher:
             seq=m.seq, request=request, cost=len(payload.recipients),
             own_sender=address_of(payload.sender) if payload.sender else None,
             own_configuration_set=payload.configuration_set,
-            redactions=_redactions(payload, sender),
+            mailboxes=_mailboxes(payload, sender),
         )
 
     def _send(self, p: _Prepared, limiter: SendRateLimiter, deadline: Deadline, stop: threading.Event) -> _Attempt:
@@ -521,7 +521,7 @@ class SesPublisher:
                     exc, own_sender=p.own_sender, own_configuration_set=p.own_configuration_set,
                     default_sender=self.default_sender_address,
                     default_configuration_set=self.default_configuration_set)
-                text = f"ses {code}: {_redact(_exception_message(exc), p.redactions)}"
+                text = f"ses {code}: {_redact(_exception_message(exc), _redactions(p.mailboxes))}"
                 retry_after = self.quota_deferral_seconds if c.verdict is Verdict.QUOTA else None
                 result = DeliveryResult(p.seq, error_class=c.error_class, error=text,
                                         retry_after_seconds=retry_after)
@@ -556,15 +556,16 @@ def _supports_simple_headers(client: Any) -> bool:
         return False
 
 
-def _redactions(payload: EmailPayload, sender: str) -> tuple[tuple[str, str], ...]:
-    pairs: list[tuple[str, str]] = []
-    for role, items in (("from", (sender,)), ("to", payload.to), ("cc", payload.cc), ("bcc", payload.bcc),
-                        ("reply_to", payload.reply_to)):
-        for a in items:
-            for form in {a, address_of(a), encode_address(a)}:
-                pairs.append((form, f"<{role}>"))
-    pairs.sort(key=lambda p: -len(p[0]))  # longest first, so a bare address inside a mailbox goes last
-    return tuple(pairs)
+def _mailboxes(payload: EmailPayload, sender: str) -> tuple[tuple[str, str], ...]:
+    return tuple((role, a) for role, items in (("from", (sender,)), ("to", payload.to), ("cc", payload.cc),
+                                               ("bcc", payload.bcc), ("reply_to", payload.reply_to))
+                 for a in items)
+
+
+def _redactions(mailboxes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """(text form, label) pairs for every way an address may appear in an error, longest first."""
+    pairs = {(form, f"<{role}>") for role, a in mailboxes for form in (a, address_of(a), encode_address(a))}
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 
 
 def _redact(text: str, redactions: tuple[tuple[str, str], ...]) -> str:
