@@ -88,9 +88,9 @@ _new_claimed = tuple.__new__
 _STATUS = {s.value: s for s in Status} | {s: s for s in Status}
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveryResult:
-    """What a publisher reports for one message.
+class DeliveryResult(NamedTuple):
+    """What a publisher reports for one message (an immutable tuple, cheap to
+    build once per message; see `ClaimedMessage`).
 
     Exactly one of `delivery_ref` (success) or `error_class` (failure) is set.
     `retry_after_seconds` lets a publisher ask for a specific deferral (for
@@ -108,9 +108,9 @@ class DeliveryResult:
         return self.error_class is None
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One row of an outcome write: what to record for claimed message `seq`.
+class Outcome(NamedTuple):
+    """One row of an outcome write: what to record for claimed message `seq`
+    (an immutable tuple, built once per message).
 
     `delay_seconds` is added to the database's `now()` for RETRY and RELEASE.
     """
