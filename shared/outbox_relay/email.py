@@ -89,7 +89,9 @@ _RESERVED_HEADERS = frozenset(h.lower() for h in (
     "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date", "Message-ID", "MIME-Version",
     "Content-Type", "Content-Transfer-Encoding", "Content-Disposition", "Return-Path",
 ))
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters except TAB
+# Control characters except TAB, and everything Python treats as a line break (NEL, U+2028,
+# U+2029): none may reach a header.
+_CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _MIME_POLICY = email_policy.SMTP  # CRLF line endings, headers folded at 78 characters
 _PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"
 
@@ -105,8 +107,8 @@ def parse_address(value: str) -> str:
     """
     if not isinstance(value, str):
         raise ValueError("must be a string")
-    if "\r" in value or "\n" in value or "\x00" in value:
-        raise ValueError("must not contain CR, LF or NUL (header injection)")
+    if _CONTROL_RE.search(value):
+        raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
     if not value.strip():
         raise ValueError("must not be blank")
     try:
@@ -273,10 +275,13 @@ class EmailPayload(BaseModel):
     @field_validator("subject")
     @classmethod
     def _subject(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
         if _CONTROL_RE.search(v):
             raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
+        # Leading and trailing blanks do not survive a MIME header (RFC 5322 unfolding): drop them
+        # here, so the subject is the same whichever way the email is sent.
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be blank")
         return v
 
     @field_validator("html", "text")
@@ -292,6 +297,7 @@ class EmailPayload(BaseModel):
         if len(v) > MAX_CUSTOM_HEADERS:
             raise ValueError(f"at most {MAX_CUSTOM_HEADERS} custom headers (SES API v2, Message.Headers)")
         seen: set[str] = set()
+        v = {name: value.strip() if isinstance(value, str) else value for name, value in v.items()}
         for name, value in v.items():
             if not _HEADER_NAME_RE.fullmatch(name):
                 raise ValueError(f"name {name[:60]!r} must be 1-{MAX_HEADER_NAME_CHARS} printable ASCII "
@@ -374,7 +380,10 @@ def check_message(m: EmailPayload, *, check_size: bool = True) -> None:
         raise InvalidMessageError("html/text", "an html or a text body is required")
     if not check_size:
         return
-    size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
+    try:
+        size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
+    except ValueError as exc:  # the email package refused a header: say so, naming no value
+        raise InvalidMessageError("message", f"cannot be written as MIME ({type(exc).__name__})") from None
     if size > MAX_MESSAGE_BYTES:
         field = "attachments" if m.attachments else "html/text"
         raise InvalidMessageError(field, f"the message is {size} bytes as MIME; SES v2 accepts at most "
@@ -565,12 +574,13 @@ def enqueue_email(
         conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
         to, cc, bcc: recipient mailboxes (``a@example.com`` or ``Name <a@example.com>``;
             a single string is a list of one); 1–50 in all.
-        subject: non-empty, one line, UTF-8.
+        subject: non-empty, one line, UTF-8 (leading and trailing blanks are dropped).
         html, text: the bodies (UTF-8); at least one.
         reply_to: Reply-To mailboxes.
         sender: the From mailbox; a verified SES identity. When None the relay
             uses OUTBOX_SES_FROM.
-        headers: custom headers, name → value (at most 15; see the module docstring).
+        headers: custom headers, name → value (at most 15; see the module docstring;
+            values lose leading and trailing blanks, as a MIME header would).
         tags: SES message tags, name → value (ASCII letters, digits, ``_``, ``-``).
         configuration_set: SES configuration set; else OUTBOX_SES_CONFIGURATION_SET.
         attachments: `Attachment` objects, mappings with ``filename``, ``content``
