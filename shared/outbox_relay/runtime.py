@@ -89,6 +89,11 @@ def reset() -> None:
     get_dependencies.cache_clear()
     get_engine.cache_clear()
     get_settings.cache_clear()
+    # Metrics not flushed (POWERTOOLS_METRICS_DISABLED skips the flush that clears
+    # them) would otherwise carry the previous channel's dimension over.
+    from .observability import metrics
+
+    metrics.clear_metrics()
     try:
         from aws_lambda_powertools.utilities import parameters
 
