@@ -344,9 +344,7 @@ def test_outputs_name_the_functions_dashboard_and_alarm_topic() -> None:
 
 
 def test_the_deploy_documentation_names_every_parameter_and_alarm() -> None:
-    # The deploy section lives in docs/readme/deploy.md until it is merged into README.md.
-    docs = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "README.md", ROOT / "docs" / "readme" / "deploy.md")
-                   if p.exists())
+    docs = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = sorted(name for name in PARAMETERS if f"`{name}`" not in docs)
     assert missing == []
     for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
