@@ -1,0 +1,60 @@
+"""Counting what crosses the wire: database statements (SQLAlchemy event hook)
+and Redis round trips (a connection class that counts each packed send; a
+pipeline is one send, whatever it holds)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis as redis_lib
+from sqlalchemy import Engine, event
+
+
+class StatementCounter:
+    """Counts statements executed on an engine (`before_cursor_execute`).
+
+    `take()` returns the count since the last `take()` and starts again.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.count = 0
+        self._lock = threading.Lock()
+        event.listen(engine, "before_cursor_execute", self._on_execute)
+
+    def _on_execute(self, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            self.count += 1
+
+    def take(self) -> int:
+        with self._lock:
+            n, self.count = self.count, 0
+        return n
+
+    def remove(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._on_execute)
+
+
+class RoundTripCounter:
+    """Counts Redis round trips of a client: one per packed send on the wire
+    (a command, or a whole pipeline). Install before the client connects."""
+
+    def __init__(self, client: redis_lib.Redis) -> None:
+        self.count = 0
+        counter = self
+        pool = client.connection_pool
+        base = pool.connection_class
+
+        class CountingConnection(base):  # type: ignore[misc, valid-type]
+            def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+                counter.count += 1
+                return super().send_packed_command(command, check_health)
+
+        CountingConnection.__name__ = f"Counting{base.__name__}"
+        pool.disconnect()
+        pool.connection_class = CountingConnection
+
+    def take(self) -> int:
+        n, self.count = self.count, 0
+        return n

@@ -1,0 +1,66 @@
+"""The benchmark runs end to end at tiny sizes, so the script cannot rot.
+
+Not a timed assertion: it checks that every section ran, that its correctness
+checks held (everything delivered once, plans on the partial indexes, SES
+within MaxSendRate), that statements and Redis round trips per batch do not
+grow with the batch size, and that the bench cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import redis as redis_lib
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from outbox_relay.local import project_root
+
+SECTIONS = ("drain", "baseline", "concurrency", "growth", "memory", "ses")
+
+
+@pytest.mark.slow
+def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix, tmp_path):
+    database = f"outbox_bench_smoke_{os.getpid()}"
+    out = tmp_path / "latest.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))}
+    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--quick", "--n", "300", "--batch-sizes", "10,100",
+         "--baseline-n", "40", "--processes", "1,2", "--database-name", database, "--prefix", redis_prefix,
+         "--out", str(out)],
+        cwd=project_root(), env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+
+    assert set(SECTIONS) <= set(results)
+    assert results["machine"]["nproc"] >= 1 and results["machine"]["postgresql"] and results["machine"]["redis"]
+    drain = results["drain"]["runs"]
+    assert [d["batch_size"] for d in drain] == [10, 100]
+    assert all(d["check"]["ok"] and d["delivered"] == 300 and d["messages_per_second"] > 0 for d in drain)
+    assert {d["statements_per_batch"]["max"] for d in drain} == {d["statements_per_batch"]["min"] for d in drain} \
+        == {3}  # claim, outcomes, oldest pending age
+    assert {d["redis_round_trips_per_batch"]["max"] for d in drain} == {2}  # gate PING, one pipeline
+    assert results["baseline"]["check"]["ok"] and results["baseline"]["delivered"] == 40
+    for run in results["concurrency"]["runs"]:
+        assert run["check"]["ok"] and run["check"]["duplicates"] == 0 and run["delivered"] == 300
+    assert results["growth"]["plans_ok"] and len(results["growth"]["cases"]) == 3
+    assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["runs"])
+    ses = results["ses"]
+    assert ses["check"]["ok"] and ses["busiest_second"] <= ses["max_send_rate"]
+    assert {t["target"] for t in results["targets"]} >= {"Redis, one invocation, batch 1,000"}
+    assert "Drain, Redis channel" in proc.stdout and "Targets" in proc.stdout
+
+    # Cleaned up: the bench database is gone and no key under the prefix is left
+    admin = create_engine(servers.database_url, poolclass=NullPool)
+    with admin.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM pg_database WHERE datname = :d"), {"d": database}).scalar() == 0
+    admin.dispose()
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    assert not list(client.scan_iter(match=f"{redis_prefix}*")) and not list(client.scan_iter(match=f"{{{redis_prefix}*"))
+    client.close()
