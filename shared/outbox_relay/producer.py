@@ -19,9 +19,11 @@ from . import sql
 from .errors import InvalidMessageError
 from .models import Channel
 
-#: Largest serialised event payload, bytes (UTF-8 JSON). Redis accepts far more,
-#: but a stream entry should stay small; put big documents elsewhere and send a reference.
-MAX_EVENT_PAYLOAD_BYTES = 1024 * 1024
+#: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
+#: size limit of Amazon SQS, SNS and EventBridge. Redis accepts far more, but a
+#: relay batch holds every payload in memory; put big documents elsewhere
+#: (S3) and send a reference.
+MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 MAX_NAME_CHARS = 512
 # A JSON escape of NUL: \u0000 preceded by an even number of backslashes.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -33,13 +35,49 @@ def _json_text(value: Any, field: str, limit: int) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(field, f"must be JSON-serialisable ({exc})") from None
+    except RecursionError:
+        raise InvalidMessageError(field, "is nested too deeply to serialise") from None
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError(field, "must be valid Unicode (no lone surrogates)") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         # PostgreSQL jsonb cannot store the NUL character (\u0000).
         raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
-    size = len(text.encode("utf-8"))
+    size = len(encoded)
     if size > limit:
         raise InvalidMessageError(field, f"is {size} bytes as JSON; the limit is {limit} bytes")
     return text
+
+
+def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
+    """Write one validated message row (`sql.INSERT_MESSAGE` parameters) in the
+    caller's transaction and return its message id.
+
+    The message id is an idempotency key: the same message again is a no-op.
+    Raises `InvalidMessageError` on field `message_id` when the id is already
+    taken by a *different* message (another channel, destination, type, key or
+    payload), which would otherwise be dropped silently.
+    """
+    inserted, same = conn.execute(sql.INSERT_MESSAGE, row).one()
+    if not inserted and same is False:
+        raise InvalidMessageError(
+            "message_id",
+            "already used by a different message (channel, destination, type, key or payload differ); "
+            "an idempotency key must identify one message",
+        )
+    return row["message_id"]
+
+
+def check_text(value: str) -> str:
+    """Refuse what PostgreSQL text cannot store (NUL) and what UTF-8 cannot encode (lone surrogates)."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
 
 
 def check_stream_name(stream: str) -> str:
@@ -78,14 +116,19 @@ class EventMessage(BaseModel):
     def _stream(cls, v: str) -> str:
         if v.strip() != v or not v:
             raise ValueError("must not be blank or have leading/trailing spaces")
-        return check_stream_name(v)
+        return check_stream_name(check_text(v))
 
     @field_validator("type")
     @classmethod
     def _type(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be blank")
-        return v
+        return check_text(v)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        return None if v is None else check_text(v)
 
     @field_validator("deliver_at")
     @classmethod
@@ -141,7 +184,7 @@ def enqueue_event(
         conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
         stream: stream key (non-empty; braces only as a Redis Cluster hash tag).
         type: event type, e.g. ``"order.placed"`` (non-empty).
-        payload: any JSON-serialisable value, at most 1 MiB as UTF-8 JSON; NaN
+        payload: any JSON-serialisable value, at most 256 KiB as UTF-8 JSON; NaN
             and the NUL character are refused.
         key: optional ordering/partition key, published as the entry's `key` field.
         message_id: idempotency key; enqueueing the same id again writes
@@ -160,8 +203,7 @@ def enqueue_event(
         "stream": stream, "type": type, "payload": payload, "key": key, "headers": headers,
         "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
     })
-    conn.execute(sql.INSERT_MESSAGE, row)
-    return row["message_id"]
+    return insert_message(conn, row)
 
 
 def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> list[uuid.UUID]:

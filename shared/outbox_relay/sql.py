@@ -126,15 +126,29 @@ RECORD_OUTCOMES = text(
     """
 )
 
+# Enqueue one message; the message id is the idempotency key. Returns whether
+# a row was inserted and, when the id was already taken, whether the stored
+# message is the same one (channel, destination, type, key, payload): a
+# repeat is a no-op, a different message under the same id is refused by the
+# caller. (The check reads the statement's snapshot; a row committed
+# concurrently by another transaction is not compared: NULL.)
 INSERT_MESSAGE = text(
     """
-    INSERT INTO outbox_message
-        (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
-    VALUES
-        (:message_id, :channel, :destination, :type, :key, CAST(:payload AS jsonb),
-         CAST(:headers AS jsonb), :max_attempts,
-         coalesce(CAST(:deliver_at AS timestamptz), now()))
-    ON CONFLICT (message_id) DO NOTHING
+    WITH ins AS (
+        INSERT INTO outbox_message
+            (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
+        VALUES
+            (:message_id, :channel, :destination, :type, :key, CAST(:payload AS jsonb),
+             CAST(:headers AS jsonb), :max_attempts,
+             coalesce(CAST(:deliver_at AS timestamptz), now()))
+        ON CONFLICT (message_id) DO NOTHING
+        RETURNING seq
+    )
+    SELECT (SELECT count(*) FROM ins) AS inserted,
+           (SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
+                   AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
+                   AND o.payload = CAST(:payload AS jsonb)
+              FROM outbox_message o WHERE o.message_id = CAST(:message_id AS uuid)) AS same
     """
 )
 

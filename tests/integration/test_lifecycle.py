@@ -36,8 +36,24 @@ def test_enqueue_is_idempotent_on_message_id(app_engine, rows, redis_prefix):
     with app_engine.begin() as conn:
         first = enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 1}, message_id=mid)
     with app_engine.begin() as conn:
-        again = enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 2}, message_id=mid)
+        again = enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 1}, message_id=mid)
     assert first == again == mid
+    assert [(r["message_id"], r["payload"]) for r in rows()] == [(mid, {"v": 1})]
+    assert rows()[0]["created_at"] is not None
+
+
+def test_a_message_id_reused_for_a_different_message_is_refused(app_engine, rows, redis_prefix):
+    from outbox_relay.errors import InvalidMessageError
+
+    mid = uuid.uuid4()
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"v": 1}, message_id=mid)
+    for change in (dict(payload={"v": 2}), dict(type="other"), dict(stream=redis_prefix + "elsewhere")):
+        args = dict(stream=redis_prefix + "s", type="t", payload={"v": 1}, message_id=mid) | change
+        with pytest.raises(InvalidMessageError) as info:
+            with app_engine.begin() as conn:
+                enqueue_event(conn, **args)
+        assert info.value.field == "message_id"
     assert [(r["message_id"], r["payload"]) for r in rows()] == [(mid, {"v": 1})]
 
 

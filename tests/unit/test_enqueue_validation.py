@@ -19,6 +19,10 @@ class RecordingConnection:
 
     def execute(self, statement, params=None):
         self.calls.append((statement, params))
+        return self
+
+    def one(self):
+        return (1, None)  # inserted, nothing to compare
 
 
 def good(**overrides):
@@ -89,3 +93,31 @@ def test_bulk_uses_one_statement_per_chunk():
     ids = enqueue_events_bulk(conn, [good(payload={"n": i}) for i in range(2500)])
     assert len(ids) == 2500 and len(set(ids)) == 2500
     assert [len(json.loads(p["messages"])) for _, p in conn.calls] == [1000, 1000, 500]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (dict(stream="a\x00b"), "stream"),
+        (dict(type="t\x00"), "type"),
+        (dict(key="k\x00"), "key"),
+        (dict(stream="s\ud800"), "stream"),
+        (dict(payload="\ud800"), "payload"),
+        (dict(payload={"k": "\udfff"}), "payload"),
+    ],
+)
+def test_text_postgresql_or_utf8_cannot_hold_is_refused(overrides, field):
+    conn = RecordingConnection()
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_event(conn, **good(**overrides))
+    assert info.value.field == field
+    assert conn.calls == []
+
+
+def test_deeply_nested_payload_is_refused_not_crashing():
+    payload: list = []
+    for _ in range(100_000):
+        payload = [payload]
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_event(RecordingConnection(), **good(payload=payload))
+    assert info.value.field == "payload"
