@@ -38,3 +38,28 @@ def test_hash_tagged_stream_dedupe_key_shares_its_slot(before, tag, after):
 )
 def test_reply_errors_are_classified(reply, expected):
     assert classify_reply_error(reply) is expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("OOM command not allowed when used memory > 'maxmemory'.", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("READONLY You can't write against a read only replica.", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("LOADING Redis is loading the dataset in memory", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+         ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("BUSY Redis is busy running a script.", ErrorClass.DOWNSTREAM_UNAVAILABLE),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", ErrorClass.PERMANENT),
+        ("ERR unknown command", ErrorClass.TRANSIENT),
+    ],
+)
+def test_whole_call_error_replies_keep_their_code(raw, expected):
+    """A reply error to the whole script call, as redis-py parses it (code stripped into a class)."""
+    from redis._parsers.base import BaseParser
+
+    from outbox_relay.publishers.redis_streams import reply_error_text
+
+    exc = BaseParser.parse_error(raw)
+    text = reply_error_text(exc)
+    assert text == raw
+    assert classify_reply_error(text) is expected

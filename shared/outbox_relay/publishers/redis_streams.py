@@ -78,6 +78,15 @@ SCRIPT_CHUNK = 250
 
 # Error replies that mean "Redis cannot take writes now", not "this message is bad".
 _UNAVAILABLE_PREFIXES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+# redis-py exception classes whose reply code it strips from the text (older
+# redis-py versions have no `status_code` attribute to recover it from).
+_CODE_OF_CLASS = tuple(
+    (code, getattr(redis.exceptions, name))
+    for code, name in (("OOM", "OutOfMemoryError"), ("READONLY", "ReadOnlyError"), ("LOADING", "BusyLoadingError"),
+                       ("TRYAGAIN", "TryAgainError"), ("CLUSTERDOWN", "ClusterDownError"),
+                       ("MASTERDOWN", "MasterDownError"))
+    if hasattr(redis.exceptions, name)
+)
 # Error replies that are this message's fault (e.g. the stream key holds another type).
 _PERMANENT_PREFIXES = ("WRONGTYPE",)
 
@@ -98,6 +107,22 @@ def classify_reply_error(text: str) -> ErrorClass:
     if upper.startswith(_UNAVAILABLE_PREFIXES):
         return ErrorClass.DOWNSTREAM_UNAVAILABLE
     return ErrorClass.TRANSIENT
+
+
+def reply_error_text(exc: Exception) -> str:
+    """The error reply as Redis sent it, code first (``"OOM command not allowed …"``).
+
+    redis-py strips the code of replies it maps to its own exception classes
+    (OutOfMemoryError, ReadOnlyError, BusyLoadingError, …) and keeps it in
+    `status_code`; put it back so classification sees what the server said.
+    """
+    text = str(exc)
+    code = getattr(exc, "status_code", None)
+    if not code:
+        code = next((c for c, cls in _CODE_OF_CLASS if isinstance(exc, cls)), None)
+    if code and not text.upper().startswith(code):
+        return f"{code} {text}"
+    return text
 
 
 def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0) -> redis.Redis:
@@ -215,7 +240,7 @@ class RedisStreamsPublisher:
     def _results(batch: list[ClaimedMessage], reply: Any) -> list[DeliveryResult]:
         if isinstance(reply, Exception):
             # The whole call failed (e.g. OOM before the script ran).
-            text = str(reply)
+            text = reply_error_text(reply)
             cls = classify_reply_error(text)
             return [DeliveryResult(m.seq, error_class=cls, error=f"redis: {text}") for m in batch]
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
