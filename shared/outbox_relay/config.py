@@ -51,26 +51,26 @@ class Settings(BaseSettings):
     """`redis://` or `rediss://` (TLS) URL, with AUTH user/password if any."""
     redis_url_secret_arn: str | None = Field(default=None, validation_alias="REDIS_URL_SECRET_ARN")
     """Secrets Manager secret whose string is the Redis URL (ElastiCache AUTH token inside)."""
-    redis_socket_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
-    redis_dedupe_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    redis_socket_timeout_seconds: float = Field(default=5.0, gt=0, le=60, allow_inf_nan=False)
+    redis_dedupe_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60, le=365 * 24 * 3600)
     """How long a published message id is remembered for idempotent re-publish, seconds."""
     redis_maxlen: int = Field(default=0, ge=0)
     """Approximate stream trim (`XADD MAXLEN ~ n`); 0 disables trimming."""
 
     # --- claiming and leasing ---
     batch_size: int = Field(default=500, ge=1, le=10_000)
-    lease_seconds: float = Field(default=120.0, gt=0, le=3600)
-    function_timeout_seconds: float = Field(default=60.0, gt=0, le=900)
+    lease_seconds: float = Field(default=120.0, gt=0, le=3600, allow_inf_nan=False)
+    function_timeout_seconds: float = Field(default=60.0, gt=0, le=900, allow_inf_nan=False)
     """The Lambda function's timeout, seconds; the lease must be longer."""
-    deadline_margin_seconds: float = Field(default=5.0, ge=0, le=300)
+    deadline_margin_seconds: float = Field(default=5.0, ge=0, le=300, allow_inf_nan=False)
     """Stop starting deliveries when less than this remains before the Lambda timeout."""
 
     # --- retries ---
     max_attempts: int = Field(default=10, ge=1, le=1000)
-    backoff_base_seconds: float = Field(default=1.0, gt=0)
-    backoff_cap_seconds: float = Field(default=900.0, gt=0)
-    backoff_floor_seconds: float = Field(default=0.5, ge=0)
-    throttle_delay_seconds: float = Field(default=2.0, ge=0, le=3600)
+    backoff_base_seconds: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
+    backoff_cap_seconds: float = Field(default=900.0, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
+    backoff_floor_seconds: float = Field(default=0.5, ge=0, le=3600, allow_inf_nan=False)
+    throttle_delay_seconds: float = Field(default=2.0, ge=0, le=3600, allow_inf_nan=False)
     """Deferral of a throttled message (attempt refunded), seconds."""
     error_max_chars: int = Field(default=1000, ge=100, le=100_000)
 
@@ -81,14 +81,14 @@ class Settings(BaseSettings):
     ses_max_concurrency: int = Field(default=8, ge=1, le=64)
     ses_record_group_size: int = Field(default=10, ge=1, le=500)
     """Outcomes are written after at most this many sends complete (the duplicate window)."""
-    ses_quota_deferral_seconds: float = Field(default=3600.0, ge=60)
+    ses_quota_deferral_seconds: float = Field(default=3600.0, ge=60, le=2 * 24 * 3600, allow_inf_nan=False)
     """Deferral when the 24-hour sending quota is used up, seconds."""
-    ses_max_send_rate: float | None = Field(default=None, gt=0)
+    ses_max_send_rate: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
     """Override of the account's MaxSendRate (emails/second); normally read from GetAccount."""
 
     # --- retention (maintenance function) ---
-    retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0)
-    retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0)
+    retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
+    retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check_relations(self) -> "Settings":
@@ -97,6 +97,11 @@ class Settings(BaseSettings):
                 f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s) must be longer than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), "
                 "or a message could be claimed twice while its first delivery is still running"
+            )
+        if self.deadline_margin_seconds >= self.function_timeout_seconds:
+            raise ValueError(
+                f"OUTBOX_DEADLINE_MARGIN_SECONDS ({self.deadline_margin_seconds:g}s) must be shorter than "
+                f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered"
             )
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("OUTBOX_BACKOFF_CAP_SECONDS must be >= OUTBOX_BACKOFF_BASE_SECONDS")
@@ -125,7 +130,7 @@ class MaintenanceSettings(Settings):
 
 
 _RELATION_VARS = (
-    "OUTBOX_LEASE_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
+    "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
     "DATABASE_URL", "REDIS_URL",
 )
 

@@ -38,6 +38,12 @@ def test_defaults_are_valid(env):
         ("DATABASE_URL", "mysql://u@h/db", "PostgreSQL"),
         ("REDIS_URL", "http://nope", "redis://"),
         ("DATABASE_TLS", "maybe", "verify-full"),
+        ("OUTBOX_DEADLINE_MARGIN_SECONDS", "70", "must be shorter than OUTBOX_FUNCTION_TIMEOUT_SECONDS"),
+        ("OUTBOX_BACKOFF_CAP_SECONDS", "inf", "finite"),
+        ("OUTBOX_BACKOFF_CAP_SECONDS", "1e16", "less than or equal"),
+        ("OUTBOX_BACKOFF_BASE_SECONDS", "nan", "finite"),
+        ("OUTBOX_RETAIN_DELIVERED_SECONDS", "1e16", "less than or equal"),
+        ("OUTBOX_SES_QUOTA_DEFERRAL_SECONDS", "1e12", "less than or equal"),
     ],
 )
 def test_bad_value_names_the_variable(env, variable, value, fragment):
