@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import ssl
 from typing import Any, Callable, TypeVar
 
@@ -30,8 +29,8 @@ from sqlalchemy.exc import DBAPIError
 
 from .config import Settings
 from .errors import ConfigurationError
+from .observability import logger as log
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SECRET_MAX_AGE_SECONDS = 300

@@ -7,7 +7,6 @@ token; release with attempts refunded whatever was not the message's fault.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
@@ -17,8 +16,8 @@ from .errors import DownstreamUnavailable, StopBatch
 from .models import ClaimedMessage, DeliveryResult, ErrorClass, Outcome, OutcomeKind, Status
 from .publishers.base import Deadline, Publisher
 from .store import LeaseStore, RecordResult
+from .observability import logger as log
 
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +162,7 @@ def run_batch(store: LeaseStore, publisher: Publisher, policy: RelayPolicy, dead
         if unrecorded:
             rest = sorted(unrecorded)
             summary.add(store.release(owner, rest, error_class=release_class, error=release_error))
+            summary.error_classes[release_class.value] = summary.error_classes.get(release_class.value, 0) + len(rest)
             unrecorded.clear()
     return _finish(summary, started)
 

@@ -111,6 +111,7 @@ def test_redis_down_mid_batch_releases_with_attempts_refunded(enqueue, store, po
     # Then the whole batch is released, attempts refunded, due again now
     assert (summary.claimed, summary.released, summary.delivered) == (30, 30, 0)
     assert summary.stopped == "downstream_unavailable"
+    assert summary.error_classes == {"downstream_unavailable": 30}
     assert {(r["status"], r["attempts"], r["last_error_class"], r["due"]) for r in rows()} == \
         {("pending", 0, "downstream_unavailable", True)}
     assert redis_client.xlen(redis_prefix + "mid") == 0

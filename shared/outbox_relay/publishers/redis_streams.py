@@ -14,7 +14,6 @@ cluster specification", hash tags): `{stream}:outbox-dedupe:<id>`, or
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from typing import Any, Sequence
 
@@ -28,8 +27,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import DownstreamUnavailable
 from ..models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from .base import Deadline, RecordResults
+from ..observability import logger as log
 
-log = logging.getLogger(__name__)
 
 # KEYS[1] = stream; KEYS[1 + i] = dedupe key of message i.
 # ARGV[1] = MAXLEN (0: no trimming), ARGV[2] = dedupe TTL in milliseconds,
