@@ -75,20 +75,37 @@ def relay_engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+def _delete_matching(client: redis_lib.Redis, prefix: str) -> None:
+    for pattern in (f"{prefix}*", f"{{{prefix}*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i:i + 500])
+
+
+@pytest.fixture(scope="session")
+def _redis_sweep(servers: Servers) -> Iterator[None]:
+    """After the run, remove every key this run created, whichever test made it."""
+    yield
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    _delete_matching(client, f"t{RUN_ID}")
+    client.close()
+
+
 @pytest.fixture
-def redis_prefix() -> str:
-    """A key prefix of this test's own; stream names in the test start with it."""
-    return f"t{RUN_ID}{os.getpid()}x{next(_counter)}."
+def redis_prefix(servers: Servers, _redis_sweep: None) -> Iterator[str]:
+    """A key prefix of this test's own; stream names in the test start with it.
+    Its keys (streams and `{prefix…}` dedupe keys) are deleted after the test."""
+    prefix = f"t{RUN_ID}{os.getpid()}x{next(_counter)}."
+    yield prefix
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    _delete_matching(client, prefix)
+    client.close()
 
 
 @pytest.fixture
 def redis_client(servers: Servers, redis_prefix: str) -> Iterator[redis_lib.Redis]:
     client = redis_lib.Redis.from_url(servers.redis_url, decode_responses=True)
     yield client
-    for pattern in (f"{redis_prefix}*", f"{{{redis_prefix}*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i:i + 500])
     client.close()
 
 
