@@ -7,6 +7,7 @@ ports; `demo` may also start embedded servers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -19,12 +20,25 @@ from .errors import ConfigurationError, InvalidMessageError
 
 
 def _database_url() -> str:
+    """DATABASE_URL with the pg8000 driver (`postgresql://` is accepted), else the local service."""
     url = os.environ.get("DATABASE_URL")
-    if url:
-        return url
-    from .local import LOCAL_PG_URL
+    if not url:
+        from .local import LOCAL_PG_URL
 
-    return LOCAL_PG_URL
+        return LOCAL_PG_URL
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigurationError("DATABASE_URL", "not a SQLAlchemy URL (postgresql+pg8000://user:pass@host/db)") \
+            from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+pg8000")
+    if parsed.drivername != "postgresql+pg8000":
+        raise ConfigurationError("DATABASE_URL", f"driver must be postgresql+pg8000, not {parsed.drivername}")
+    return parsed.render_as_string(hide_password=False)
 
 
 def _engine(autocommit: bool = False):
@@ -41,7 +55,26 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OutboxGroup(click.Group):
+    """Turns the errors a user can fix into one clear line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from sqlalchemy.exc import DBAPIError, OperationalError
+
+        try:
+            return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise click.ClickException(f"configuration error: {exc}") from None
+        except InvalidMessageError as exc:
+            raise click.ClickException(f"invalid message: {exc}") from None
+        except (OperationalError, DBAPIError) as exc:
+            if exc.connection_invalidated or isinstance(exc, OperationalError) or "connect" in str(exc.orig).lower():
+                raise click.ClickException(
+                    f"cannot reach PostgreSQL ({type(exc.orig).__name__}); check DATABASE_URL") from None
+            raise
+
+
+@click.group(cls=_OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Transactional-outbox relay: PostgreSQL to Redis Streams and Amazon SES."""
 
@@ -69,7 +102,11 @@ def enqueue_event_cmd(stream: str, type_: str, payload: str, key: str | None, me
     """Enqueue one domain event (in its own transaction) and print its message id."""
     from .producer import enqueue_event
 
-    text = Path(payload[1:]).read_text(encoding="utf-8") if payload.startswith("@") else payload
+    try:
+        text = Path(payload[1:]).read_text(encoding="utf-8") if payload.startswith("@") else payload
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {payload[1:]} ({exc.__class__.__name__})",
+                                 param_hint="--payload") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -94,7 +131,11 @@ def enqueue_event_cmd(stream: str, type_: str, payload: str, key: str | None, me
 @click.option("--function", "function", default="relay", show_default=True,
               help="Which function under functions/ to invoke.")
 def relay(event_path: str, timeout: float | None, function: str) -> None:
-    """Invoke the real Lambda handler once, in-process, and print its summary."""
+    """Invoke the real Lambda handler once, in-process, and print its summary.
+
+    Standard output carries only the summary (JSON); the handler's logs and
+    EMF metrics, which Lambda would send to CloudWatch, go to standard error.
+    """
     from .config import get_settings
     from .local import LocalContext, environment, load_handler
 
@@ -114,8 +155,23 @@ def relay(event_path: str, timeout: float | None, function: str) -> None:
             raise click.ClickException(f"configuration error: {exc}") from None
         handler = load_handler(function)
         context = LocalContext(timeout if timeout is not None else settings.function_timeout_seconds)
-        result = handler(event, context)
+        with _telemetry_to_stderr():
+            result = handler(event, context)
     _echo_json(result)
+
+
+@contextlib.contextmanager
+def _telemetry_to_stderr():
+    """Send the Powertools logger's lines and EMF prints to standard error for the block."""
+    from .observability import logger
+
+    handler = logger.registered_handler
+    previous = handler.setStream(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        handler.setStream(previous)
 
 
 @main.command()
@@ -163,21 +219,15 @@ def demo(keep: bool) -> None:
     sys.exit(run_demo(keep=keep, echo=click.echo))
 
 
-def _register_optional() -> None:
-    """Attach command groups defined in other modules (operations, email)."""
-    for module, names in (("outbox_relay.ops_cli", ("dead", "redrive", "purge")),
-                          ("outbox_relay.email_cli", ("enqueue_email",))):
-        try:
-            mod = __import__(module, fromlist=list(names))
-        except ImportError:
-            continue
-        for name in names:
-            cmd = getattr(mod, name, None)
-            if cmd is not None:
-                main.add_command(cmd)
+def _register_commands() -> None:
+    from .email_cli import enqueue_email
+    from .ops_cli import dead, purge, redrive
+
+    for command in (enqueue_email, dead, redrive, purge):
+        main.add_command(command)
 
 
-_register_optional()
+_register_commands()
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def test_enqueue_relay_and_stats(cli_env, app_engine, redis_client, redis_prefix
     assert stats["totals"]["pending"] == 1 and stats["totals"]["due_now"] == 1
 
     out = outbox("relay", "--event", "events/relay-redis-scheduler.json", env=cli_env).stdout
-    summary = _last_json(out)
+    summary = json.loads(out)  # standard output is the summary alone; logs and EMF go to stderr
     assert (summary["claimed"], summary["delivered"]) == (1, 1)
     ((entry_id, fields),) = redis_client.xrange(stream)
     assert fields["id"] == mid and json.loads(fields["payload"]) == {"text": "안녕 👋"}
@@ -65,6 +65,19 @@ def test_invalid_payload_is_refused_with_the_field(cli_env, app_engine):
         assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar() == 0
 
 
+def test_plain_postgresql_urls_work_and_user_errors_are_one_line(cli_env, database_url):
+    plain = database_url.replace("postgresql+pg8000://", "postgresql://")
+    assert json.loads(outbox("stats", "--json", env={**cli_env, "DATABASE_URL": plain}).stdout)["totals"]["pending"] == 0
+    for env, args, fragment in (
+        ({"DATABASE_URL": "postgresql+psycopg2://u@h/db"}, ("stats",), "DATABASE_URL: driver must be"),
+        ({"DATABASE_URL": "postgresql+pg8000://postgres@127.0.0.1:1/x"}, ("stats",), "cannot reach PostgreSQL"),
+        ({}, ("enqueue-event", "--stream", "s", "--type", "t", "--payload", "@no-such-file.json"), "cannot read"),
+    ):
+        proc = outbox(*args, env={**cli_env, **env}, check=False)
+        assert proc.returncode != 0 and fragment in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def test_relay_reports_a_configuration_error_by_name(cli_env):
     proc = outbox("relay", "--event", "events/relay-redis-scheduler.json",
                   env={**cli_env, "OUTBOX_BATCH_SIZE": "-3"}, check=False)
@@ -76,9 +89,3 @@ def test_demo_runs_end_to_end(servers):
     proc = outbox("demo", env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo OK" in proc.stdout and "Dead letters:" in proc.stdout
-
-
-def _last_json(out: str) -> dict:
-    """The summary the relay command prints last (pretty JSON after the handler's log lines)."""
-    start = out.rfind("\n{\n")
-    return json.loads(out[start + 1:] if start != -1 else out[out.find("{"):])
