@@ -59,6 +59,8 @@ class Settings(BaseSettings):
 
     # --- claiming and leasing ---
     batch_size: int = Field(default=500, ge=1, le=10_000)
+    batch_max_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
+    """Byte budget of one claim: bytes of payload JSON text, as the relay holds it in memory."""
     lease_seconds: float = Field(default=120.0, gt=0, le=3600, allow_inf_nan=False)
     function_timeout_seconds: float = Field(default=60.0, gt=0, le=900, allow_inf_nan=False)
     """The Lambda function's timeout, seconds; the lease must be longer."""

@@ -28,6 +28,7 @@ class RelayPolicy:
     lease_seconds: float
     backoff: Backoff
     throttle_delay_seconds: float = 2.0
+    batch_max_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass
@@ -118,7 +119,7 @@ def run_batch(store: LeaseStore, publisher: Publisher, policy: RelayPolicy, dead
         summary.skipped = "not enough time left before the deadline"
         return _finish(summary, started)
 
-    claimed = store.claim(owner, limit, policy.lease_seconds)
+    claimed = store.claim(owner, limit, policy.lease_seconds, policy.batch_max_bytes)
     summary.claimed = len(claimed)
     leased = [m for m in claimed if m.status is Status.LEASED]
     dead_on_claim = len(claimed) - len(leased)

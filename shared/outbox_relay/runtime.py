@@ -65,6 +65,7 @@ def build_policy(settings: Settings) -> RelayPolicy:
         backoff=Backoff(base=settings.backoff_base_seconds, cap=settings.backoff_cap_seconds,
                         floor=settings.backoff_floor_seconds),
         throttle_delay_seconds=settings.throttle_delay_seconds,
+        batch_max_bytes=settings.batch_max_bytes,
     )
 
 

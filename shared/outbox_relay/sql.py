@@ -28,25 +28,38 @@ TABLE = "outbox_message"
 # estimated the join at thousands of rows and chose a hash join over a
 # sequential scan of the whole table (bench/: claim CPU 102 -> 53 µs per row at
 # 30,000 rows, and a scan that grows with the table).
+# Memory stays bounded: the batch also stops at max_bytes of payload JSON text
+# (what the relay holds in memory; not the on-disk size, which TOAST may have
+# compressed), so a batch of large emails or events cannot exhaust a small Lambda.
 # A re-claimed row whose attempts already reached its maximum goes to dead
 # with class lease_expired instead of being leased again; it is returned too,
 # so the caller can count it.
 CLAIM = text(
     """
     WITH expired AS (
-        SELECT seq FROM outbox_message
+        SELECT seq, octet_length(payload::text) AS size FROM outbox_message
          WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
          ORDER BY lease_expires_at
          LIMIT :limit
            FOR UPDATE SKIP LOCKED
     ), due AS (
-        SELECT seq FROM outbox_message
+        SELECT seq, octet_length(payload::text) AS size FROM outbox_message
          WHERE status = 'pending' AND channel = :channel AND available_at <= now()
          ORDER BY available_at, seq
          LIMIT (SELECT :limit - count(*) FROM expired)
            FOR UPDATE SKIP LOCKED
+    ), candidates AS (
+        SELECT seq, size, 0 AS branch, row_number() OVER () AS n FROM expired
+        UNION ALL
+        SELECT seq, size, 1 AS branch, row_number() OVER () AS n FROM due
     ), picked AS (
-        SELECT seq FROM expired UNION ALL SELECT seq FROM due
+        -- The byte budget: candidates in claim order while the stored payload
+        -- bytes before them stay under the max_bytes parameter (the first always fits).
+        -- Rows locked but not picked are unlocked when the statement ends.
+        SELECT seq FROM (
+            SELECT seq, size, sum(size) OVER (ORDER BY branch, n) AS running FROM candidates
+        ) w
+         WHERE running - size < :max_bytes
     )
     UPDATE outbox_message o SET
         status           = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'dead' ELSE 'leased' END,

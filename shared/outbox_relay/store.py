@@ -14,6 +14,10 @@ from .db import run_with_retry
 from .models import Channel, ClaimedMessage, Outcome, OutcomeKind
 
 
+#: Default byte budget of one claim: 32 MiB of payload JSON text.
+DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024
+
+
 def lease_token(request_id: str) -> str:
     """A lease owner token unique to one invocation: the Lambda request id plus
     64 random bits. Never a stable worker or function name: a retried or
@@ -47,8 +51,11 @@ class LeaseStore:
         self.default_max_attempts = default_max_attempts
         self.error_max_chars = error_max_chars
 
-    def claim(self, owner: str, limit: int, lease_seconds: float) -> list[ClaimedMessage]:
-        """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`.
+    def claim(self, owner: str, limit: int, lease_seconds: float,
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> list[ClaimedMessage]:
+        """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`,
+        stopping once the payloads' JSON text claimed reaches `max_bytes` (bytes; at
+        least one message is always claimed).
 
         One statement: expired leases first, then due pending rows, oldest
         first, `FOR UPDATE SKIP LOCKED`. Returned messages with status DEAD were
@@ -63,6 +70,7 @@ class LeaseStore:
             "owner": owner,
             "lease_seconds": float(lease_seconds),
             "default_max_attempts": self.default_max_attempts,
+            "max_bytes": int(max_bytes),
         }
 
         def work(conn):

@@ -35,7 +35,8 @@ def test_claim_plan_uses_both_partial_indexes(app_engine):
     with app_engine.begin() as conn:
         conn.execute(SEED, {"n": 50_000})
         conn.execute(text("ANALYZE outbox_message"))
-    params = {"channel": "redis", "limit": 500, "owner": "x", "lease_seconds": 30.0, "default_max_attempts": 10}
+    params = {"channel": "redis", "limit": 500, "owner": "x", "lease_seconds": 30.0, "default_max_attempts": 10,
+              "max_bytes": 32 * 1024 * 1024}
     with app_engine.begin() as conn:  # EXPLAIN ANALYZE really runs the claim: roll it back
         (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM.text), params).one()
         conn.rollback()

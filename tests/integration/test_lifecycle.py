@@ -81,6 +81,19 @@ def test_claim_respects_the_limit_and_takes_oldest_first(enqueue, store):
     assert store.claim("c", 10, 30) == []  # leases still hold
 
 
+def test_claim_stops_at_its_byte_budget(enqueue, store, rows):
+    # Given 10 messages of ~100 KB each
+    enqueue(10, payload={"blob": "x" * 100_000})
+    # When claiming with a budget of 250 KB
+    first = store.claim("a", 10, 30, max_bytes=250_000)
+    # Then only as many as fit are leased, the rest stay pending and unlocked
+    assert len(first) == 3
+    assert sum(r["status"] == "leased" for r in rows()) == 3
+    assert len(store.claim("b", 10, 30, max_bytes=250_000)) == 3
+    # And one message larger than the whole budget is still claimed alone
+    assert len(store.claim("c", 10, 30, max_bytes=64 * 1024)) == 1
+
+
 def test_expired_lease_is_reclaimed_with_another_attempt(enqueue, store, rows, expire_leases):
     enqueue(1)
     store.claim("a", 10, 30)
