@@ -27,7 +27,9 @@ Rules and where they come from:
   inject a header or break `jsonb`;
 - custom headers: at most 15, names printable ASCII without a colon (RFC 5322
   field-name) of at most 126 characters, values at most 995 characters once
-  encoded (SES API v2 reference, "MessageHeader"); headers this library
+  encoded (SES API v2 reference, "MessageHeader"), and each value must parse
+  as that header in the standard library's `email` package (an address
+  header such as ``Resent-To`` must hold addresses); headers this library
   writes itself (From, To, Subject, …) and X-SES-* are refused;
 - tags: names and values of 1–256 ASCII letters, digits, `_` or `-` (SES API
   v2 reference, "MessageTag"); the name `outbox-message-id` is reserved;
@@ -157,6 +159,19 @@ def encode_header_value(value: str) -> str:
     if value.isascii():
         return value
     return Header(value, "utf-8").encode(maxlinelen=0)
+
+
+def _header_problem(name: str, value: str) -> str | None:
+    """Why the `email` package cannot write `value` as header `name` (None when it can).
+    The package parses structured headers by name (address headers such as
+    ``Resent-To``, dates, …) and raises IndexError, TypeError, HeaderParseError
+    and others on some malformed values; any exception means no."""
+    try:
+        header = _MIME_POLICY.header_factory(name, value)
+        header.fold(policy=_MIME_POLICY)
+    except Exception as exc:
+        return f"cannot be written as a {name} header ({type(exc).__name__})"
+    return None
 
 
 # --- the payload model --------------------------------------------------------------------------
@@ -318,6 +333,9 @@ class EmailPayload(BaseModel):
             if len(encode_header_value(value)) > MAX_HEADER_VALUE_CHARS:
                 raise ValueError(f"{name}: the value is longer than {MAX_HEADER_VALUE_CHARS} characters "
                                  "once encoded (SES API v2, MessageHeader)")
+            problem = _header_problem(name, value)
+            if problem:
+                raise ValueError(f"{name}: the value {problem}")
         return v
 
     @field_validator("tags")
@@ -380,10 +398,7 @@ def check_message(m: EmailPayload, *, check_size: bool = True) -> None:
         raise InvalidMessageError("html/text", "an html or a text body is required")
     if not check_size:
         return
-    try:
-        size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
-    except ValueError as exc:  # the email package refused a header: say so, naming no value
-        raise InvalidMessageError("message", f"cannot be written as MIME ({type(exc).__name__})") from None
+    size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))  # InvalidMessageError naming the field
     if size > MAX_MESSAGE_BYTES:
         field = "attachments" if m.attachments else "html/text"
         raise InvalidMessageError(field, f"the message is {size} bytes as MIME; SES v2 accepts at most "
@@ -415,6 +430,8 @@ def validate_payload(data: Mapping[str, Any]) -> EmailPayload:
         err = exc.errors()[0]
         field, problem = _split_index(_field_of(err), _problem_of(err))
         raise InvalidMessageError(field, problem) from None
+    except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
+        raise InvalidMessageError("message", f"cannot be parsed ({type(exc).__name__})") from None
     check_message(m)
     return m
 
@@ -430,6 +447,8 @@ def load_payload(payload_json: str) -> EmailPayload:
         err = exc.errors()[0]
         field, _ = _split_index(_field_of(err), _problem_of(err))
         raise InvalidMessageError(field, f"invalid stored email payload ({err.get('type', 'invalid')})") from None
+    except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
+        raise InvalidMessageError("message", f"invalid stored email payload ({type(exc).__name__})") from None
     check_message(m, check_size=False)
     return m
 
@@ -459,30 +478,60 @@ def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> byte
         m: a validated payload.
         sender: canonical From mailbox (the payload's, else the configured default).
         date: RFC 5322 date; now (UTC) when omitted.
+
+    Raises:
+        InvalidMessageError: the `email` package could not write a part; `.field`
+            names it (``from``, ``to``, ``subject``, ``headers``, ``html/text``,
+            ``attachments[i]``, or ``message`` for the final serialisation) and the
+            problem gives only the exception type, never a value. Any exception the
+            package raises (IndexError, TypeError, UnicodeError, `email.errors.*`, …)
+            becomes this one.
     """
     msg = EmailMessage(policy=_MIME_POLICY)
-    msg["From"] = sender
-    if m.to:
-        msg["To"] = ", ".join(m.to)
-    if m.cc:
-        msg["Cc"] = ", ".join(m.cc)
-    if m.reply_to:
-        msg["Reply-To"] = ", ".join(m.reply_to)
-    msg["Subject"] = m.subject
+    with _mime_field("from"):
+        msg["From"] = sender
+    for field, header, values in (("to", "To", m.to), ("cc", "Cc", m.cc), ("reply_to", "Reply-To", m.reply_to)):
+        if values:
+            with _mime_field(field):
+                msg[header] = ", ".join(values)
+    with _mime_field("subject"):
+        msg["Subject"] = m.subject
     msg["Date"] = date or formatdate(usegmt=True)
-    for name, value in m.headers.items():
-        msg[name] = value
+    with _mime_field("headers"):
+        for name, value in m.headers.items():
+            msg[name] = value
     bodies = [(sub, body) for sub, body in (("plain", m.text), ("html", m.html)) if body is not None]
-    first_sub, first_body = bodies[0]
-    msg.set_content(first_body.encode("utf-8"), maintype="text", subtype=first_sub, cte="base64",
-                    params={"charset": "utf-8"})
-    for sub, body in bodies[1:]:
-        msg.add_alternative(body.encode("utf-8"), maintype="text", subtype=sub, cte="base64",
-                            params={"charset": "utf-8"})
-    for a in m.attachments:
-        maintype, subtype = a.content_type.split("/", 1)
-        msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
-    return msg.as_bytes()
+    if not bodies:
+        raise InvalidMessageError("html/text", "an html or a text body is required")
+    with _mime_field("html/text"):
+        first_sub, first_body = bodies[0]
+        msg.set_content(first_body.encode("utf-8"), maintype="text", subtype=first_sub, cte="base64",
+                        params={"charset": "utf-8"})
+        for sub, body in bodies[1:]:
+            msg.add_alternative(body.encode("utf-8"), maintype="text", subtype=sub, cte="base64",
+                                params={"charset": "utf-8"})
+    for i, a in enumerate(m.attachments):
+        with _mime_field(f"attachments[{i}]"):
+            maintype, subtype = a.content_type.split("/", 1)
+            msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
+    with _mime_field("message"):
+        return msg.as_bytes()
+
+
+class _mime_field:
+    """Context manager: any exception inside becomes `InvalidMessageError(field, …)`
+    naming the exception type only (the values may be personal data)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, InvalidMessageError):
+            return False
+        raise InvalidMessageError(self.field, f"cannot be written as MIME ({type(exc).__name__})") from None
 
 
 # --- producer API ---------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ def refused(**changes) -> InvalidMessageError:
     ({"headers": {"X-SES-CONFIGURATION-SET": "x"}}, "headers", "X-SES-*"),
     ({"headers": {f"X-H{i}": "v" for i in range(16)}}, "headers", "at most 15"),
     ({"headers": {"X-Long": "v" * 996}}, "headers", "995"),
+    # a value the email package cannot write as that header (its parser raises IndexError here)
+    ({"headers": {"Resent-To": "a@"}}, "headers", "cannot be written as a Resent-To header"),
+    ({"headers": {"Resent-To": "a@", "X-Ok": "v"}, "attachments": [("a.txt", b"x")]}, "headers",
+     "Resent-To"),
     # tags: SES's character rules, 256 characters, our reserved name
     ({"tags": {"has space": "v"}}, "tags", "ASCII letters, digits"),
     ({"tags": {"kind": "a.b"}}, "tags", "ASCII letters, digits"),
@@ -154,3 +158,35 @@ def test_attachment_given_as_bytes_is_stored_as_standard_base64_with_a_guessed_t
     assert stored == {"filename": "photo.png", "content_type": "image/png",
                       "content_base64": base64.b64encode(data).decode()}
     assert row["message_id"] == uuid.UUID(int=7)
+
+
+BAD_HEADER_ROW = ('{"to":["p@example.com"],"subject":"s","text":"t","headers":{"Resent-To":"a@"},'
+                  '"attachments":[{"filename":"a.txt","content_type":"text/plain","content_base64":"eA=="}]}')
+
+
+def test_a_stored_header_the_email_package_cannot_parse_is_refused_naming_headers():
+    # When the relay reads a row written by hand whose Resent-To makes the stdlib parser raise IndexError
+    with pytest.raises(InvalidMessageError) as err:
+        load_payload(BAD_HEADER_ROW)
+
+    # Then it is an InvalidMessageError naming the field, not the IndexError, and not echoing the value
+    assert err.value.field == "headers"
+    assert "a@" not in str(err.value)
+
+
+def test_build_mime_turns_any_email_package_exception_into_the_field(monkeypatch):
+    # Given a valid payload, and an email package that raises on one attachment
+    payload = email_mod.validate_payload(OK | {"attachments": [("a.txt", b"x"), ("b.txt", b"y")]})
+    real = email_mod.EmailMessage.add_attachment
+
+    def add_attachment(self, content, *args, **kw):
+        if kw.get("filename") == "b.txt":
+            raise UnicodeError("boom")
+        return real(self, content, *args, **kw)
+
+    monkeypatch.setattr(email_mod.EmailMessage, "add_attachment", add_attachment)
+
+    # When the MIME is built, then the error names the attachment and the exception type only
+    with pytest.raises(InvalidMessageError) as err:
+        email_mod.build_mime(payload, sender="noreply@shop.example")
+    assert (err.value.field, err.value.problem) == ("attachments[1]", "cannot be written as MIME (UnicodeError)")

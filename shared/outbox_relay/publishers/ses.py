@@ -394,9 +394,14 @@ class SesPublisher:
             pending.append(result)
             reported.add(result.seq)
 
+        absorbed: set[Future] = set()
+
         def absorb(done: set[Future]) -> None:
             for fut in done:
-                attempt: _Attempt = fut.result()
+                if fut in absorbed:
+                    continue
+                absorbed.add(fut)
+                attempt: _Attempt = fut.result()  # _send never raises
                 if attempt.verdict is Verdict.NOT_STARTED:
                     tally.not_started += 1
                     continue
@@ -436,7 +441,14 @@ class SesPublisher:
                 for m in messages:
                     if stop.is_set() or deadline.passed():
                         break
-                    prepared = self._prepare(m)
+                    try:
+                        prepared = self._prepare(m)
+                    except Exception as exc:  # a bug of ours, not the message's content: retry it later
+                        log.exception("unexpected error preparing an SES send",
+                                      extra={"message_id": str(m.message_id), "error_type": type(exc).__name__})
+                        prepared = DeliveryResult(m.seq, error_class=ErrorClass.TRANSIENT,
+                                                  error=f"ses: unexpected error preparing the send "
+                                                        f"({type(exc).__name__})")
                     if prepared is None:
                         stop.set()
                         failure.append(StopBatch("ses: no sender: OUTBOX_SES_FROM is not set and the message "
@@ -454,6 +466,19 @@ class SesPublisher:
                     in_flight.add(pool.submit(self._send, prepared, limiter, deadline, stop))
                 while in_flight:
                     in_flight = wait_some(in_flight)
+            except BaseException:
+                # Record the sends that completed before letting the exception out, so none is
+                # sent again after the lease expires. Every send in flight ends within the
+                # client's timeouts (see create_ses_client).
+                stop.set()
+                try:
+                    done, _ = wait(in_flight)
+                    absorb(done)
+                    flush(force=True)
+                except Exception as exc:
+                    log.exception("could not record completed SES sends after an error",
+                                  extra={"error_type": type(exc).__name__})
+                raise
             finally:
                 stop.set()  # whatever happened, start nothing more; the pool waits for calls in flight
         if quota_hit.is_set() and not failure:
@@ -470,25 +495,34 @@ class SesPublisher:
 
     def _prepare(self, m: ClaimedMessage) -> _Prepared | DeliveryResult | None:
         """The SendEmail request of one message; a PERMANENT result when its stored
-        payload is invalid; None when it has no sender and none is configured."""
+        payload is invalid or cannot be written as MIME (the error names the field);
+        None when it has no sender and none is configured. Anything else it raises
+        is a bug of ours (the caller retries the message)."""
         try:
-            payload = load_payload(m.payload_json)
+            return self._prepare_payload(m, load_payload(m.payload_json))
         except InvalidMessageError as exc:
             return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT, error=f"ses: {exc}")
+
+    def _prepare_payload(self, m: ClaimedMessage, payload: EmailPayload) -> _Prepared | DeliveryResult | None:
         sender = payload.sender or self.default_sender
         if sender is None:
             return None
         config_set = payload.configuration_set or self.default_configuration_set
+        with _content_field("from"):
+            from_address = encode_address(sender)
+        with _content_field("to"):
+            destination = {k: [encode_address(a) for a in v] for k, v in
+                           (("ToAddresses", payload.to), ("CcAddresses", payload.cc),
+                            ("BccAddresses", payload.bcc)) if v}
         request: dict[str, Any] = {
-            "FromEmailAddress": encode_address(sender),
-            "Destination": {k: [encode_address(a) for a in v] for k, v in
-                            (("ToAddresses", payload.to), ("CcAddresses", payload.cc),
-                             ("BccAddresses", payload.bcc)) if v},
+            "FromEmailAddress": from_address,
+            "Destination": destination,
             "EmailTags": [{"Name": OUTBOX_TAG, "Value": str(m.message_id)}]
                          + [{"Name": k, "Value": v} for k, v in payload.tags.items()],
         }
         if payload.reply_to:
-            request["ReplyToAddresses"] = [encode_address(a) for a in payload.reply_to]
+            with _content_field("reply_to"):
+                request["ReplyToAddresses"] = [encode_address(a) for a in payload.reply_to]
         if config_set:
             request["ConfigurationSetName"] = config_set
         if payload.attachments or (payload.headers and not self._simple_headers):
@@ -499,12 +533,15 @@ class SesPublisher:
                                             f"most {MAX_MESSAGE_BYTES}")
             request["Content"] = {"Raw": {"Data": raw}}
         else:
-            request["Content"] = {"Simple": _simple_content(payload)}
+            with _content_field("headers"):
+                request["Content"] = {"Simple": _simple_content(payload)}
+        with _content_field("from"):
+            own_sender = address_of(payload.sender) if payload.sender else None
+            mailboxes = _mailboxes(payload, sender)
+            _redactions(mailboxes)  # parses every address again; fails here, not in a worker
         return _Prepared(
-            seq=m.seq, request=request, cost=len(payload.recipients),
-            own_sender=address_of(payload.sender) if payload.sender else None,
-            own_configuration_set=payload.configuration_set,
-            mailboxes=_mailboxes(payload, sender),
+            seq=m.seq, request=request, cost=len(payload.recipients), own_sender=own_sender,
+            own_configuration_set=payload.configuration_set, mailboxes=mailboxes,
         )
 
     def _send(self, p: _Prepared, limiter: SendRateLimiter, deadline: Deadline, stop: threading.Event) -> _Attempt:
@@ -533,6 +570,23 @@ class SesPublisher:
                             DeliveryResult(p.seq, error_class=ErrorClass.TRANSIENT,
                                            error=f"ses: unexpected error ({type(exc).__name__})"),
                             type(exc).__name__)
+
+
+class _content_field:
+    """Context manager: an exception while turning the message's own values into the
+    request becomes `InvalidMessageError(field, …)` (the message's fault: PERMANENT),
+    naming the exception type only."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, InvalidMessageError):
+            return False
+        raise InvalidMessageError(self.field, f"cannot be encoded for SES ({type(exc).__name__})") from None
 
 
 def _simple_content(payload: EmailPayload) -> dict[str, Any]:
