@@ -30,7 +30,8 @@ Rules and where they come from:
   encoded (SES API v2 reference, "MessageHeader"), and each value must parse
   as that header in the standard library's `email` package (an address
   header such as ``Resent-To`` must hold addresses); headers this library
-  writes itself (From, To, Subject, …) and X-SES-* are refused;
+  writes itself (From, To, Subject, …), MIME-Version, every Content-* header
+  (the MIME structure is ours) and X-SES-* are refused;
 - tags: names and values of 1–256 ASCII letters, digits, `_` or `-` (SES API
   v2 reference, "MessageTag"); the name `outbox-message-id` is reserved;
 - configuration set: 1–64 ASCII letters, digits, `_` or `-` (SES API v2
@@ -89,8 +90,10 @@ _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,%d}" % MAX_HEADER_NAME_CHARS)
 _RESERVED_HEADERS = frozenset(h.lower() for h in (
     "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date", "Message-ID", "MIME-Version",
-    "Content-Type", "Content-Transfer-Encoding", "Content-Disposition", "Return-Path",
+    "Return-Path",
 ))
+# Every Content-* header describes the MIME structure, which build_mime writes itself.
+_RESERVED_HEADER_PREFIX = "content-"
 # Control characters except TAB, and everything Python treats as a line break (NEL, U+2028,
 # U+2029): none may reach a header.
 _CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
@@ -318,8 +321,9 @@ class EmailPayload(BaseModel):
                 raise ValueError(f"name {name[:60]!r} must be 1-{MAX_HEADER_NAME_CHARS} printable ASCII "
                                  "characters without a colon (RFC 5322 field-name)")
             lower = name.lower()
-            if lower in _RESERVED_HEADERS:
-                raise ValueError(f"{name} is set from the message's own fields; it cannot be a custom header")
+            if lower in _RESERVED_HEADERS or lower.startswith(_RESERVED_HEADER_PREFIX):
+                raise ValueError(f"{name} is set from the message's own fields or its MIME structure; "
+                                 "it cannot be a custom header")
             if lower.startswith("x-ses-"):
                 raise ValueError(f"{name}: use tags and configuration_set instead of X-SES-* headers")
             if lower in seen:

@@ -56,6 +56,11 @@ def refused(**changes) -> InvalidMessageError:
     ({"headers": {"X-SES-CONFIGURATION-SET": "x"}}, "headers", "X-SES-*"),
     ({"headers": {f"X-H{i}": "v" for i in range(16)}}, "headers", "at most 15"),
     ({"headers": {"X-Long": "v" * 996}}, "headers", "995"),
+    # every Content-* header and MIME-Version: the MIME structure is ours
+    ({"headers": {"Content-Language": "en"}}, "headers", "MIME structure"),
+    ({"headers": {"content-id": "<a@b>"}}, "headers", "MIME structure"),
+    ({"headers": {"Content-Type": "text/plain"}}, "headers", "MIME structure"),
+    ({"headers": {"MIME-Version": "1.0"}}, "headers", "own fields"),
     # a value the email package cannot write as that header (its parser raises IndexError here)
     ({"headers": {"Resent-To": "a@"}}, "headers", "cannot be written as a Resent-To header"),
     ({"headers": {"Resent-To": "a@", "X-Ok": "v"}, "attachments": [("a.txt", b"x")]}, "headers",
