@@ -246,3 +246,22 @@ def test_message_id_is_the_first_email_tag():
     assert prepared.request["EmailTags"][0] == {"Name": "outbox-message-id", "Value": str(m.message_id)}
     assert prepared.request["ConfigurationSetName"] == "tx"
     assert uuid.UUID(prepared.request["EmailTags"][0]["Value"]) == m.message_id
+
+
+@pytest.mark.parametrize("margin, expected", [(4.0, (2.0, 1.0)), (5.0, (2.0, 2.0)), (10.0, (2.0, 7.0)),
+                                              (60.0, (2.0, 15.0))])
+def test_ses_client_timeouts_fit_inside_the_deadline_margin(margin, expected):
+    from outbox_relay.publishers.ses import ses_timeouts
+
+    connect, read = ses_timeouts(margin)
+    assert (connect, read) == expected
+    assert connect + read <= margin - 1.0  # at least a second left to record the outcome
+
+
+def test_a_deadline_margin_too_small_for_sane_timeouts_is_a_configuration_error():
+    from outbox_relay.errors import ConfigurationError
+    from outbox_relay.publishers.ses import ses_timeouts
+
+    with pytest.raises(ConfigurationError) as err:
+        ses_timeouts(3.5)
+    assert err.value.variable == "OUTBOX_DEADLINE_MARGIN_SECONDS" and "at least 4s" in str(err.value)

@@ -57,6 +57,16 @@ RECORD_INTERVAL_SECONDS = 1.0
 FALLBACK_SEND_RATE = 1.0
 #: Longest SES error text kept (after redaction), characters.
 MAX_ERROR_TEXT = 300
+#: The SES client's TCP connect timeout, seconds (see `ses_timeouts`).
+CONNECT_TIMEOUT_SECONDS = 2.0
+#: Time kept after the longest possible send to record its outcome, seconds.
+RECORD_RESERVE_SECONDS = 1.0
+#: Shortest read timeout worth having, and the longest one used, seconds.
+MIN_READ_TIMEOUT_SECONDS = 1.0
+MAX_READ_TIMEOUT_SECONDS = 15.0
+#: Smallest OUTBOX_DEADLINE_MARGIN_SECONDS for the SES relay, seconds: connect + shortest read
+#: + the record reserve. Below it a send started just before the margin could outlive the deadline.
+MIN_DEADLINE_MARGIN_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_TIMEOUT_SECONDS + RECORD_RESERVE_SECONDS
 
 _THROTTLE_CODES = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
                              "ThrottlingException"})
@@ -366,6 +376,16 @@ class SesPublisher:
         after recording what completed; the relay releases the rest with
         attempts refunded. Messages not started before the deadline are not
         reported (the relay releases them).
+
+        Deadline invariant: no send starts once `deadline.seconds_left()` (the time
+        left minus OUTBOX_DEADLINE_MARGIN_SECONDS) is ≤ 0, and every send ends within
+        the client's connect + read timeouts, at most margin − 1 s (`ses_timeouts`);
+        so a send started before the margin always completes or times out before
+        the Lambda deadline, and once the margin is reached each completion is
+        recorded at once (no waiting for its group), leaving time to record it.
+        Any other exception is raised only after the sends already completed were
+        recorded; an unexpected error preparing one message becomes a TRANSIENT
+        result for that message.
         """
         if not messages:
             return
@@ -382,7 +402,8 @@ class SesPublisher:
             if not pending:
                 return
             if force or len(pending) >= self.record_group_size \
-                    or self._clock() - first_pending_at[0] >= self.record_interval_seconds:
+                    or self._clock() - first_pending_at[0] >= self.record_interval_seconds \
+                    or deadline.passed():  # inside the margin: record each completion at once
                 group = list(pending)
                 pending.clear()
                 first_pending_at.clear()
@@ -639,10 +660,43 @@ def _exception_message(exc: BaseException) -> str:
     return str(exc)
 
 
-def create_ses_client(*, max_concurrency: int = 8, connect_timeout_seconds: float = 5.0,
-                      read_timeout_seconds: float = 15.0) -> Any:
+def ses_timeouts(deadline_margin_seconds: float) -> tuple[float, float]:
+    """The SES client's (connect, read) timeouts, seconds, for a deadline margin
+    (OUTBOX_DEADLINE_MARGIN_SECONDS, seconds): connect `CONNECT_TIMEOUT_SECONDS`
+    (2 s), read ``margin - connect - RECORD_RESERVE_SECONDS`` (margin − 3 s),
+    at least 1 s and at most 15 s. With the default 5 s margin: 2 s and 2 s.
+
+    The invariant this serves: no send starts once the time left is below the
+    margin (`SendRateLimiter.acquire` and the check before ``SendEmail``), the SDK
+    does not retry (``total_max_attempts`` 1), and one attempt can last at most
+    connect + read ≤ margin − 1 s; so a send started before the margin always
+    completes or times out before the deadline, leaving at least
+    `RECORD_RESERVE_SECONDS` to record it (a timeout is TRANSIENT: attempt counted,
+    retried with backoff). botocore's read timeout bounds each wait for the socket
+    (urllib3), not the whole response; a ``SendEmail`` response is one small body.
+    Uploading a very large raw message over a slow link is bounded per write the
+    same way, not in total.
+
+    Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is
+    below `MIN_DEADLINE_MARGIN_SECONDS` (4 s): no sane timeouts fit.
+    """
+    if deadline_margin_seconds < MIN_DEADLINE_MARGIN_SECONDS:
+        raise ConfigurationError(
+            "OUTBOX_DEADLINE_MARGIN_SECONDS",
+            f"is {deadline_margin_seconds:g}s; the SES relay needs at least {MIN_DEADLINE_MARGIN_SECONDS:g}s "
+            f"({CONNECT_TIMEOUT_SECONDS:g}s connect + {MIN_READ_TIMEOUT_SECONDS:g}s read timeout + "
+            f"{RECORD_RESERVE_SECONDS:g}s to record), so a send started before the margin ends before the deadline")
+    read = deadline_margin_seconds - CONNECT_TIMEOUT_SECONDS - RECORD_RESERVE_SECONDS
+    return CONNECT_TIMEOUT_SECONDS, min(MAX_READ_TIMEOUT_SECONDS, max(MIN_READ_TIMEOUT_SECONDS, read))
+
+
+def create_ses_client(*, max_concurrency: int = 8, deadline_margin_seconds: float = 5.0,
+                      connect_timeout_seconds: float | None = None,
+                      read_timeout_seconds: float | None = None) -> Any:
     """A boto3 ``sesv2`` client for the whole container: connection pool as large
-    as the send concurrency, SDK retries off (see the module docstring).
+    as the send concurrency, SDK retries off (see the module docstring), connect
+    and read timeouts (seconds) from `ses_timeouts(deadline_margin_seconds)`
+    unless given, so every send ends inside the deadline margin.
 
     The endpoint follows the SDK's configuration: ``AWS_ENDPOINT_URL_SESV2`` (or
     ``AWS_ENDPOINT_URL``) points it at a local moto server ("AWS SDKs and Tools
@@ -653,6 +707,9 @@ def create_ses_client(*, max_concurrency: int = 8, connect_timeout_seconds: floa
     from botocore.config import Config
     from botocore.exceptions import NoRegionError
 
+    connect, read = ses_timeouts(deadline_margin_seconds)
+    connect_timeout_seconds = connect if connect_timeout_seconds is None else connect_timeout_seconds
+    read_timeout_seconds = read if read_timeout_seconds is None else read_timeout_seconds
     config = Config(retries={"mode": "standard", "total_max_attempts": 1},
                     max_pool_connections=max(10, max_concurrency),
                     connect_timeout=connect_timeout_seconds, read_timeout=read_timeout_seconds,
@@ -668,8 +725,11 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
     """The SES publisher for `settings` (OUTBOX_SES_*), with a new client unless one is given.
 
     Raises `ConfigurationError` naming OUTBOX_SES_FROM or OUTBOX_SES_CONFIGURATION_SET
-    when they are malformed.
+    when they are malformed, or OUTBOX_DEADLINE_MARGIN_SECONDS when it is below
+    `MIN_DEADLINE_MARGIN_SECONDS` (see `ses_timeouts`).
     """
+    margin = float(settings.deadline_margin_seconds)
+    ses_timeouts(margin)  # the margin check, also when a client is given
     default_sender = None
     if settings.ses_from:
         try:
@@ -681,7 +741,8 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
         raise ConfigurationError("OUTBOX_SES_CONFIGURATION_SET",
                                  "must be 1-64 ASCII letters, digits, '_' or '-'")
     return SesPublisher(
-        client if client is not None else create_ses_client(max_concurrency=settings.ses_max_concurrency),
+        client if client is not None else create_ses_client(max_concurrency=settings.ses_max_concurrency,
+                                                            deadline_margin_seconds=margin),
         default_sender=default_sender,
         default_configuration_set=config_set,
         max_concurrency=settings.ses_max_concurrency,
