@@ -62,7 +62,7 @@ def _plan_nodes(plan: dict) -> list[dict]:
 def claim_plan(env: BenchEnv, limit: int) -> dict[str, Any]:
     """EXPLAIN (not executed) of the claim: indexes used per scan, and no Seq Scan of the outbox."""
     params = {"channel": "redis", "limit": limit, "owner": "explain", "lease_seconds": 120.0,
-              "default_max_attempts": 10}
+              "default_max_attempts": 10, "max_bytes": 32 * 1024 * 1024}
     with env.engine.connect() as conn:
         (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.CLAIM.text), params).one()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]

@@ -251,11 +251,11 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
     assert proc.returncode == 0, proc.stderr + proc.stdout
 
     # Then it delivered, and its metrics are in the template's namespace with the alarms' dimensions
-    summary = json.loads(proc.stdout[proc.stdout.rindex("\n{") + 1:])
+    summary = json.loads(proc.stdout)  # the summary alone; logs and EMF go to stderr
     assert (summary["claimed"], summary["delivered"]) == (3, 3)
     assert statuses(app_engine) == [(channel, "delivered", True)] * 3
     if channel == "redis":
         assert redis_client.xlen(target) == 3
     else:
         assert len(request.getfixturevalue("ses").sent_messages()) == 3
-    assert_emf_matches_the_template(emf_documents(proc.stdout), channel, namespace="OutboxRelay/prod")
+    assert_emf_matches_the_template(emf_documents(proc.stderr), channel, namespace="OutboxRelay/prod")

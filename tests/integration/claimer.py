@@ -56,8 +56,8 @@ def main() -> int:
         seen: list[int] = []
         original = store.claim
 
-        def claim(o, limit, lease, _orig=original, _seen=seen):
-            got = _orig(o, limit, lease)
+        def claim(*args, _orig=original, _seen=seen, **kwargs):
+            got = _orig(*args, **kwargs)
             _seen.extend(m.seq for m in got)
             return got
 

@@ -86,7 +86,8 @@ def test_claim_reaches_rows_by_primary_key_on_an_analyzed_table(app_engine, limi
             "SELECT gen_random_uuid(), 'redis', 's', 't', jsonb_build_object('n', i) "
             "FROM generate_series(1, 20000) AS i"))
         conn.execute(text("ANALYZE outbox_message"))
-    params = {"channel": "redis", "limit": limit, "owner": "x", "lease_seconds": 30.0, "default_max_attempts": 10}
+    params = {"channel": "redis", "limit": limit, "owner": "x", "lease_seconds": 30.0, "default_max_attempts": 10,
+              "max_bytes": 32 * 1024 * 1024}
     with app_engine.connect() as conn:
         (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.CLAIM.text), params).one()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
