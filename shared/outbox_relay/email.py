@@ -63,6 +63,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 from . import sql
 from .errors import InvalidMessageError
 from .models import Channel
+from .producer import insert_message
 
 #: SES v2 maximum message size, bytes, after base64 encoding ("Service quotas in Amazon SES").
 MAX_MESSAGE_BYTES = 40_000_000
@@ -656,5 +657,5 @@ def enqueue_email(
                     sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
                     attachments=attachments, message_id=message_id, deliver_at=deliver_at,
                     max_attempts=max_attempts)
-    conn.execute(sql.INSERT_MESSAGE, row)
+    insert_message(conn, row)
     return row["message_id"]

@@ -219,3 +219,17 @@ def test_delivery_results_for_unknown_messages_are_ignored(enqueue, store, rows,
     summary = run_batch(store, Confused(), policy, plenty, "a")
     assert summary.delivered == 1
     assert [r["status"] for r in rows()] == ["delivered", "pending"]
+
+
+def test_an_email_cannot_reuse_an_events_message_id(app_engine, rows, redis_prefix):
+    from outbox_relay import enqueue_email
+    from outbox_relay.errors import InvalidMessageError
+
+    mid = uuid.uuid4()
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, message_id=mid)
+    with pytest.raises(InvalidMessageError) as info:
+        with app_engine.begin() as conn:
+            enqueue_email(conn, to=["a@example.com"], subject="s", text="t", message_id=mid)
+    assert info.value.field == "message_id"
+    assert [r["channel"] for r in rows()] == ["redis"]

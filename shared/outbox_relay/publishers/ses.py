@@ -27,7 +27,6 @@ throttle retried there would hide the signal the pacing needs.
 from __future__ import annotations
 
 import enum
-import logging
 import re
 import threading
 import time
@@ -40,9 +39,9 @@ from ..email import (MAX_MESSAGE_BYTES, OUTBOX_TAG, EmailPayload, address_of, bu
                      encode_header_value, load_payload, parse_address)
 from ..errors import ConfigurationError, DownstreamUnavailable, InvalidMessageError, StopBatch
 from ..models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ..observability import logger as log
 from .base import Deadline, RecordResults
 
-log = logging.getLogger(__name__)
 
 #: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM), so N grants span 1.03 s.
 RATE_HEADROOM = 0.03
