@@ -11,8 +11,10 @@ section there; `--out` writes elsewhere) and are printed as tables.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,14 +72,28 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
         for name in sections:
             console.print(f"[bold]{name}[/bold] …")
             t = time.perf_counter()
+            load = _load_average()
             results[name] = steps[name]()
             results[name]["section_seconds"] = round(time.perf_counter() - t, 1)
+            results[name]["started_at"] = results["machine"]["date"] if name == sections[0] else _now()
+            results[name]["load_average_at_start"] = load
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     path = report.write(results, out)
     merged = report.json.loads(path.read_text())
     report.show({k: v for k, v in merged.items() if k in results or k in ("targets",)}, console)
     console.print(f"results written to {path}")
     return merged
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _drain(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:

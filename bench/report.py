@@ -186,6 +186,12 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         console.print(t)
 
 
+def _when(section: dict[str, Any]) -> str:
+    if not section.get("started_at"):
+        return ""
+    return f"; run {section['started_at']}, load average {section.get('load_average_at_start')}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The latest figures as Markdown tables (for docs/readme/benchmark.md)."""
     out: list[str] = []
@@ -199,7 +205,8 @@ def markdown(results: dict[str, Any]) -> str:
         out.append("")
     drain = results.get("drain")
     if drain:
-        out.append(f"Drain, Redis channel ({drain['messages']:,} messages of about 1 KB, {drain['level']}):")
+        out.append(f"Drain, Redis channel ({drain['messages']:,} messages of about 1 KB, {drain['level']}"
+                   f"{_when(drain)}):")
         out.append("")
         out.append("| batch | msg/s | statements per batch | Redis round trips per batch "
                    "| CPU µs/msg: relay process | PostgreSQL backend | Redis server |")
@@ -213,14 +220,15 @@ def markdown(results: dict[str, Any]) -> str:
     base = results.get("baseline")
     if base:
         cpu = base["cpu_us_per_message"]
-        out.append(f"Per-row baseline ({base['messages']:,} messages): {base['messages_per_second']:,.0f} msg/s, "
+        out.append(f"Per-row baseline ({base['messages']:,} messages{_when(base)}): "
+                   f"{base['messages_per_second']:,.0f} msg/s, "
                    f"{base['statements_per_message']:g} statements in {base['transactions_per_message']} "
                    f"transactions and {base['redis_round_trips_per_message']:g} Redis round trip per message; "
                    f"CPU µs/msg {_fmt(cpu.get('client'))} / {_fmt(cpu.get('postgresql'))} / {_fmt(cpu.get('redis'))}.")
         out.append("")
     conc = results.get("concurrency")
     if conc:
-        out.append(f"Concurrency ({conc['messages']:,} messages, batch {conc['batch_size']:,}):")
+        out.append(f"Concurrency ({conc['messages']:,} messages, batch {conc['batch_size']:,}{_when(conc)}):")
         out.append("")
         out.append("| processes | msg/s | invocations | stream entries | distinct message ids | duplicates |")
         out.append("|---:|---:|---:|---:|---:|---:|")
@@ -232,7 +240,7 @@ def markdown(results: dict[str, Any]) -> str:
     growth = results.get("growth")
     if growth:
         out.append(f"Claim latency ({growth['claims']} claims of {growth['claim_batch']} per case; "
-                   f"plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}):")
+                   f"plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}{_when(growth)}):")
         out.append("")
         out.append("| case | rows present | pending | median ms | p99 ms |")
         out.append("|---|---:|---:|---:|---:|")
