@@ -15,6 +15,7 @@ import uuid
 from typing import Iterator
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 import redis as redis_lib
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
@@ -22,6 +23,10 @@ from sqlalchemy.pool import NullPool
 from outbox_relay import runtime
 from outbox_relay.local import Servers, create_database, drop_database, find_servers, with_database
 from outbox_relay.migrate import upgrade
+
+# Property tests judge results, not speed: no per-example deadline (2 shared cores).
+hypothesis_settings.register_profile("outbox", deadline=None)
+hypothesis_settings.load_profile("outbox")
 
 RUN_ID = uuid.uuid4().hex[:8]
 _counter = itertools.count()
