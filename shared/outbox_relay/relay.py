@@ -159,6 +159,9 @@ def run_batch(store: LeaseStore, publisher: Publisher, policy: RelayPolicy, dead
         release_class, release_error = ErrorClass.CONFIGURATION, str(exc)
         log.error("batch stopped: downstream refused our account or identity",
                   extra={"error_class": type(exc).__name__})
+    except Exception as exc:
+        release_error = f"not recorded: the relay raised {type(exc).__name__}"
+        raise
     finally:
         if unrecorded:
             rest = sorted(unrecorded)

@@ -155,4 +155,5 @@ def test_an_unexpected_error_releases_before_raising(enqueue, store, policy, ple
 
     with pytest.raises(KeyError):
         run_batch(store, Broken(), policy, plenty, "a")
-    assert {(r["status"], r["attempts"]) for r in rows()} == {("pending", 0)}
+    assert {(r["status"], r["attempts"], r["last_error"]) for r in rows()} == \
+        {("pending", 0, "not recorded: the relay raised KeyError")}
