@@ -44,6 +44,7 @@ Rules and where they come from:
 from __future__ import annotations
 
 import base64
+import contextlib
 import binascii
 import mimetypes
 import re
@@ -54,7 +55,7 @@ from email.header import Header
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import formataddr, formatdate
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from email_validator import EmailNotValidError, validate_email
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
@@ -493,22 +494,22 @@ def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> byte
             becomes this one.
     """
     msg = EmailMessage(policy=_MIME_POLICY)
-    with _mime_field("from"):
+    with field_errors("from"):
         msg["From"] = sender
     for field, header, values in (("to", "To", m.to), ("cc", "Cc", m.cc), ("reply_to", "Reply-To", m.reply_to)):
         if values:
-            with _mime_field(field):
+            with field_errors(field):
                 msg[header] = ", ".join(values)
-    with _mime_field("subject"):
+    with field_errors("subject"):
         msg["Subject"] = m.subject
     msg["Date"] = date or formatdate(usegmt=True)
-    with _mime_field("headers"):
+    with field_errors("headers"):
         for name, value in m.headers.items():
             msg[name] = value
     bodies = [(sub, body) for sub, body in (("plain", m.text), ("html", m.html)) if body is not None]
     if not bodies:
         raise InvalidMessageError("html/text", "an html or a text body is required")
-    with _mime_field("html/text"):
+    with field_errors("html/text"):
         first_sub, first_body = bodies[0]
         msg.set_content(first_body.encode("utf-8"), maintype="text", subtype=first_sub, cte="base64",
                         params={"charset": "utf-8"})
@@ -516,27 +517,24 @@ def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> byte
             msg.add_alternative(body.encode("utf-8"), maintype="text", subtype=sub, cte="base64",
                                 params={"charset": "utf-8"})
     for i, a in enumerate(m.attachments):
-        with _mime_field(f"attachments[{i}]"):
+        with field_errors(f"attachments[{i}]"):
             maintype, subtype = a.content_type.split("/", 1)
             msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
-    with _mime_field("message"):
+    with field_errors("message"):
         return msg.as_bytes()
 
 
-class _mime_field:
-    """Context manager: any exception inside becomes `InvalidMessageError(field, …)`
-    naming the exception type only (the values may be personal data)."""
-
-    def __init__(self, field: str) -> None:
-        self.field = field
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, InvalidMessageError):
-            return False
-        raise InvalidMessageError(self.field, f"cannot be written as MIME ({type(exc).__name__})") from None
+@contextlib.contextmanager
+def field_errors(field: str, what: str = "cannot be written as MIME") -> Iterator[None]:
+    """Context manager: any exception inside (other than `InvalidMessageError`)
+    becomes `InvalidMessageError(field, "<what> (<exception type>)")`, naming the
+    exception type only (the values may be personal data)."""
+    try:
+        yield
+    except InvalidMessageError:
+        raise
+    except Exception as exc:
+        raise InvalidMessageError(field, f"{what} ({type(exc).__name__})") from None
 
 
 # --- producer API ---------------------------------------------------------------------------------

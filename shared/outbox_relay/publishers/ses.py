@@ -35,7 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..email import (MAX_MESSAGE_BYTES, OUTBOX_TAG, EmailPayload, address_of, build_mime, encode_address,
+from ..email import (field_errors, MAX_MESSAGE_BYTES, OUTBOX_TAG, EmailPayload, address_of, build_mime, encode_address,
                      encode_header_value, load_payload, parse_address)
 from ..errors import ConfigurationError, DownstreamUnavailable, InvalidMessageError, StopBatch
 from ..models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
@@ -528,9 +528,9 @@ class SesPublisher:
         if sender is None:
             return None
         config_set = payload.configuration_set or self.default_configuration_set
-        with _content_field("from"):
+        with field_errors("from", "cannot be encoded for SES"):
             from_address = encode_address(sender)
-        with _content_field("to"):
+        with field_errors("to", "cannot be encoded for SES"):
             destination = {k: [encode_address(a) for a in v] for k, v in
                            (("ToAddresses", payload.to), ("CcAddresses", payload.cc),
                             ("BccAddresses", payload.bcc)) if v}
@@ -541,7 +541,7 @@ class SesPublisher:
                          + [{"Name": k, "Value": v} for k, v in payload.tags.items()],
         }
         if payload.reply_to:
-            with _content_field("reply_to"):
+            with field_errors("reply_to", "cannot be encoded for SES"):
                 request["ReplyToAddresses"] = [encode_address(a) for a in payload.reply_to]
         if config_set:
             request["ConfigurationSetName"] = config_set
@@ -553,9 +553,9 @@ class SesPublisher:
                                             f"most {MAX_MESSAGE_BYTES}")
             request["Content"] = {"Raw": {"Data": raw}}
         else:
-            with _content_field("headers"):
+            with field_errors("headers", "cannot be encoded for SES"):
                 request["Content"] = {"Simple": _simple_content(payload)}
-        with _content_field("from"):
+        with field_errors("from", "cannot be encoded for SES"):
             own_sender = address_of(payload.sender) if payload.sender else None
             mailboxes = _mailboxes(payload, sender)
             _redactions(mailboxes)  # parses every address again; fails here, not in a worker
@@ -590,23 +590,6 @@ class SesPublisher:
                             DeliveryResult(p.seq, error_class=ErrorClass.TRANSIENT,
                                            error=f"ses: unexpected error ({type(exc).__name__})"),
                             type(exc).__name__)
-
-
-class _content_field:
-    """Context manager: an exception while turning the message's own values into the
-    request becomes `InvalidMessageError(field, …)` (the message's fault: PERMANENT),
-    naming the exception type only."""
-
-    def __init__(self, field: str) -> None:
-        self.field = field
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, InvalidMessageError):
-            return False
-        raise InvalidMessageError(self.field, f"cannot be encoded for SES ({type(exc).__name__})") from None
 
 
 def _simple_content(payload: EmailPayload) -> dict[str, Any]:
