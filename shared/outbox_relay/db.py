@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import functools
+import socket
 import ssl
 from typing import Any, Callable, TypeVar
 
@@ -140,6 +141,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
         pool_pre_ping=False,
         connect_args=connect_args,
     )
+    event.listen(engine, "connect", _set_no_delay)
 
     if settings.database_iam_auth:
         provider = token_provider or iam_token
@@ -165,6 +167,28 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
                 return dialect.dbapi.connect(*cargs, **cparams)
 
     return engine
+
+
+def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
+    """Turn off Nagle's algorithm on a new pg8000 connection's TCP socket.
+
+    libpq does this for every connection (PostgreSQL source, fe-connect.c,
+    `connectNoDelay`); pg8000 does not. pg8000 writes a statement's Bind in
+    parts, so a Bind larger than one TCP segment (the outcome arrays of a
+    batch) left its tail waiting for the ACK of the first part, which the
+    server delays ("TCP delayed acknowledgement", 40 ms on Linux): bench/
+    measured the outcome write of 1,000 messages at 18 ms with this and
+    62-71 ms without. Unix-domain sockets have no such option and are left alone.
+    pg8000 keeps its socket in `_usock` (no public accessor); when that changes,
+    the connection still works, only slower.
+    """
+    sock = getattr(dbapi_connection, "_usock", None)
+    if sock is None or getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError as exc:
+        log.warning("could not set TCP_NODELAY on the database connection", extra={"error_class": type(exc).__name__})
 
 
 def _cparams(url: URL) -> dict[str, Any]:

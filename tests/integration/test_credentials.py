@@ -653,3 +653,29 @@ def test_the_relay_handler_runs_on_secrets_over_tls(aws, password_postgres, pki,
     assert pg_proxy.tls_sessions >= 1 and pg_proxy.plain_refused == 0 and redis_tls.tls_sessions >= 1
     with password_postgres.admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE "{database}" WITH (FORCE)'))
+
+
+def _no_delay(engine: Engine) -> int:
+    with engine.connect() as conn:
+        sock = conn.connection.dbapi_connection._usock
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def test_relay_connections_turn_off_nagle_over_tls_and_plain_tcp(password_postgres, pki, pg_proxy,
+                                                                  database_url) -> None:
+    # Over TLS (through the proxy), as to RDS
+    role = password_postgres.create_role("pw")
+    tls = _engine_for(pg_proxy, role, "pw", "require", None)
+    # Over plain TCP, as to a local server
+    plain = create_relay_engine(load_settings(database_url=database_url, database_tls="disable",
+                                              channel="redis", redis_url="redis://unused"))
+    try:
+        assert _no_delay(tls) == 1 and current_user(tls) == role
+        assert _no_delay(plain) == 1
+        # a big Bind (the outcome arrays of a large batch) goes through
+        with plain.connect() as conn:
+            assert conn.execute(text("SELECT cardinality(CAST(:a AS bigint[]))"),
+                                {"a": "{" + ",".join(map(str, range(20_000))) + "}"}).scalar_one() == 20_000
+    finally:
+        tls.dispose()
+        plain.dispose()
