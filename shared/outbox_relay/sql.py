@@ -151,8 +151,8 @@ INSERT_MESSAGE = text(
         INSERT INTO outbox_message
             (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
         VALUES
-            (:message_id, :channel, :destination, :type, :key, CAST(:payload AS jsonb),
-             CAST(:headers AS jsonb), :max_attempts,
+            (:message_id, :channel, :destination, :type, :key, CAST(:payload AS json),
+             CAST(:headers AS json), :max_attempts,
              coalesce(CAST(:deliver_at AS timestamptz), now()))
         ON CONFLICT (message_id) DO NOTHING
         RETURNING seq
@@ -160,7 +160,7 @@ INSERT_MESSAGE = text(
     SELECT (SELECT count(*) FROM ins) AS inserted,
            (SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
                    AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
-                   AND o.payload = CAST(:payload AS jsonb)
+                   AND o.payload::jsonb = CAST(:payload AS jsonb)
               FROM outbox_message o WHERE o.message_id = CAST(:message_id AS uuid)) AS same
     """
 )
@@ -175,8 +175,8 @@ INSERT_MESSAGES_BULK = text(
     """
     INSERT INTO outbox_message
         (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
-    SELECT m.message_id, m.channel, m.destination, m.type, m.key, m.payload::jsonb,
-           m.headers::jsonb, m.max_attempts, coalesce(m.deliver_at, now())
+    SELECT m.message_id, m.channel, m.destination, m.type, m.key, m.payload::json,
+           m.headers::json, m.max_attempts, coalesce(m.deliver_at, now())
       FROM json_to_recordset(CAST(:messages AS json))
            AS m(i int, message_id uuid, channel text, destination text, type text, key text,
                 payload text, headers text, max_attempts int, deliver_at timestamptz)

@@ -83,7 +83,7 @@ def test_every_field_is_stored(app_engine, redis_prefix):
     assert (second["key"], second["headers"], second["max_attempts"]) == (None, None, None)
     assert third["payload"] is None and third["type"] == "order.paid"  # JSON null, stored as JSON null
     with app_engine.connect() as conn:
-        assert conn.execute(text("SELECT jsonb_typeof(payload) FROM outbox_message WHERE seq = :s"),
+        assert conn.execute(text("SELECT json_typeof(payload) FROM outbox_message WHERE seq = :s"),
                             {"s": third["seq"]}).scalar_one() == "null"
     assert (fourth["destination"], fourth["type"], fourth["key"], fourth["payload"], fourth["headers"]) == \
         (f"{redis_prefix}null", "Null", "null", "NULL", {"h": "null"})

@@ -108,4 +108,4 @@ def test_entries_carry_headers_when_given(app_engine, store, publisher, plenty, 
         enqueue_event(conn, stream=redis_prefix + "h", type="t", payload=[1, 2], headers={"trace_id": "abc"})
     collect(publisher, store.claim("a", 10, 30), plenty)
     ((_, fields),) = redis_client.xrange(redis_prefix + "h")
-    assert fields["headers"] == '{"trace_id": "abc"}' and fields["payload"] == "[1, 2]" and "key" not in fields
+    assert fields["headers"] == '{"trace_id":"abc"}' and fields["payload"] == "[1,2]" and "key" not in fields
