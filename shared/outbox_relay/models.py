@@ -49,8 +49,11 @@ class OutcomeKind(str, enum.Enum):
 class ClaimedMessage(NamedTuple):
     """A message as the claim statement returned it (an immutable tuple).
 
-    `payload_json` and `headers_json` are the stored JSON as text, exactly as
-    PostgreSQL renders `jsonb` (no re-serialisation on the hot path).
+    `message_id` is the UUID's canonical text (lowercase, hyphenated, as
+    PostgreSQL writes it): every use of it on the hot path is as text (entry
+    field, dedupe key, email tag), so no `uuid.UUID` is built per row.
+    `payload_json` and `headers_json` are the stored JSON text, exactly as the
+    producer wrote it (no re-serialisation on the hot path).
     `created_at` is an ISO 8601 UTC string produced by the database.
 
     A named tuple rather than a frozen dataclass: a claim builds one per row,
@@ -59,7 +62,7 @@ class ClaimedMessage(NamedTuple):
     """
 
     seq: int
-    message_id: uuid.UUID
+    message_id: str
     status: Status
     destination: str
     type: str
@@ -73,12 +76,12 @@ class ClaimedMessage(NamedTuple):
     @classmethod
     def from_row(cls, row: Any) -> "ClaimedMessage":
         """Build from a row of the claim statement (see `sql.CLAIM`); the
-        message id may come as text or as a UUID."""
+        message id may come as text or as a UUID (kept as its text)."""
         (seq, message_id, status, destination, type_, key, payload, headers,
          attempts, max_attempts, created_at) = row
         return _new_claimed(cls, (
             seq,
-            message_id if message_id.__class__ is uuid.UUID else uuid.UUID(message_id),
+            message_id if message_id.__class__ is str else str(message_id),
             _STATUS[status],
             destination, type_, key, payload, headers, attempts, max_attempts, created_at,
         ))

@@ -76,8 +76,8 @@ def test_claim_leases_due_pending_rows_and_counts_the_attempt(enqueue, store, ro
 
 def test_claim_respects_the_limit_and_takes_oldest_first(enqueue, store):
     ids = enqueue(5)
-    assert [m.message_id for m in store.claim("a", 2, 30)] == ids[:2]
-    assert [m.message_id for m in store.claim("b", 10, 30)] == ids[2:]
+    assert [m.message_id for m in store.claim("a", 2, 30)] == [str(i) for i in ids[:2]]
+    assert [m.message_id for m in store.claim("b", 10, 30)] == [str(i) for i in ids[2:]]
     assert store.claim("c", 10, 30) == []  # leases still hold
 
 

@@ -11,7 +11,7 @@ from outbox_relay.relay import RelayPolicy, to_outcome
 POLICY = RelayPolicy(batch_size=10, lease_seconds=120,
                      backoff=Backoff(base=1, cap=100, floor=0, uniform=lambda lo, hi: hi),
                      throttle_delay_seconds=3)
-MSG = ClaimedMessage(1, uuid.uuid4(), Status.LEASED, "s", "t", None, "{}", None, 4, 10, "2026-01-01T00:00:00Z")
+MSG = ClaimedMessage(1, str(uuid.uuid4()), Status.LEASED, "s", "t", None, "{}", None, 4, 10, "2026-01-01T00:00:00Z")
 
 
 @pytest.mark.parametrize(

@@ -32,35 +32,46 @@ from ..observability import logger as log
 
 # KEYS[1] = stream; KEYS[1 + i] = dedupe key of message i.
 # ARGV[1] = MAXLEN (0: no trimming), ARGV[2] = dedupe TTL in milliseconds,
-# then 6 values per message: id, type, key ('' = none), payload, created_at, headers ('' = none).
+# ARGV[2 + i] = message i's fields joined by NUL: id, type, key ('' = none),
+# payload, created_at, headers ('' = none). One argument per message rather
+# than six: the client packs every argument in Python (bench/: 5.9 -> 2.2 µs
+# per message) and none of the fields can hold NUL (they come from PostgreSQL
+# text, which cannot).
 # Reply: one line per message, joined with "\n" into one string: "<entry id>"
 # (added), "=<entry id>" (already published: nothing added), or "!<error>"
 # (this message failed; others go on). One string rather than an array: the
 # client parses a 250-element array reply line by line in Python, which cost
 # about 10% of an invocation's client CPU (bench/).
 PUBLISH_SCRIPT = """
-local maxlen = tonumber(ARGV[1])
+local stream = KEYS[1]
+local maxlen = ARGV[1]
+local trim = tonumber(maxlen) > 0
 local ttl = ARGV[2]
+local find, sub, pcall = string.find, string.sub, redis.pcall
 local out = {}
 for i = 1, #KEYS - 1 do
   local dedupe = KEYS[i + 1]
-  local b = 2 + (i - 1) * 6
-  local prior = redis.pcall('GET', dedupe)
+  local prior = pcall('GET', dedupe)
   if type(prior) == 'string' then
     out[i] = '=' .. prior
   else
-    local args = {'XADD', KEYS[1]}
-    if maxlen > 0 then
-      args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[1]
+    local f = ARGV[i + 2]
+    local a = find(f, '\\0', 1, true)
+    local b = find(f, '\\0', a + 1, true)
+    local c = find(f, '\\0', b + 1, true)
+    local d = find(f, '\\0', c + 1, true)
+    local e = find(f, '\\0', d + 1, true)
+    local t = {'id', sub(f, 1, a - 1), 'type', sub(f, a + 1, b - 1)}
+    if c > b + 1 then t[5] = 'key'; t[6] = sub(f, b + 1, c - 1) end
+    t[#t + 1] = 'payload'; t[#t + 1] = sub(f, c + 1, d - 1)
+    t[#t + 1] = 'created_at'; t[#t + 1] = sub(f, d + 1, e - 1)
+    if e < #f then t[#t + 1] = 'headers'; t[#t + 1] = sub(f, e + 1) end
+    local res
+    if trim then
+      res = pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(t))
+    else
+      res = pcall('XADD', stream, '*', unpack(t))
     end
-    args[#args + 1] = '*'
-    args[#args + 1] = 'id'; args[#args + 1] = ARGV[b + 1]
-    args[#args + 1] = 'type'; args[#args + 1] = ARGV[b + 2]
-    if ARGV[b + 3] ~= '' then args[#args + 1] = 'key'; args[#args + 1] = ARGV[b + 3] end
-    args[#args + 1] = 'payload'; args[#args + 1] = ARGV[b + 4]
-    args[#args + 1] = 'created_at'; args[#args + 1] = ARGV[b + 5]
-    if ARGV[b + 6] ~= '' then args[#args + 1] = 'headers'; args[#args + 1] = ARGV[b + 6] end
-    local res = redis.pcall(unpack(args))
     if type(res) == 'table' and res.err then
       out[i] = '!' .. string.gsub(res.err, '[\\r\\n]', ' ')
     else
@@ -207,15 +218,16 @@ class RedisStreamsPublisher:
             by_stream[m.destination].append(m)
         calls = []
         head = [str(self.maxlen), str(self.dedupe_ttl_ms)]
+        join = "\0".join
         for stream, group in by_stream.items():
             for start in range(0, len(group), SCRIPT_CHUNK):
                 batch = group[start:start + SCRIPT_CHUNK]
                 keys = [stream]
                 args = list(head)
                 for m in batch:
-                    mid = str(m.message_id)
+                    mid = m.message_id
                     keys.append(dedupe_key(stream, mid))
-                    args += (mid, m.type, m.key or "", m.payload_json, m.created_at, m.headers_json or "")
+                    args.append(join((mid, m.type, m.key or "", m.payload_json, m.created_at, m.headers_json or "")))
                 calls.append(([len(keys), *keys, *args], batch))
         return calls
 

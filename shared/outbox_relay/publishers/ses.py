@@ -465,7 +465,7 @@ class SesPublisher:
                         prepared = self._prepare(m)
                     except Exception as exc:  # a bug of ours, not the message's content: retry it later
                         log.exception("unexpected error preparing an SES send",
-                                      extra={"message_id": str(m.message_id), "error_type": type(exc).__name__})
+                                      extra={"message_id": m.message_id, "error_type": type(exc).__name__})
                         prepared = DeliveryResult(m.seq, error_class=ErrorClass.TRANSIENT,
                                                   error=f"ses: unexpected error preparing the send "
                                                         f"({type(exc).__name__})")
@@ -537,7 +537,7 @@ class SesPublisher:
         request: dict[str, Any] = {
             "FromEmailAddress": from_address,
             "Destination": destination,
-            "EmailTags": [{"Name": OUTBOX_TAG, "Value": str(m.message_id)}]
+            "EmailTags": [{"Name": OUTBOX_TAG, "Value": m.message_id}]
                          + [{"Name": k, "Value": v} for k, v in payload.tags.items()],
         }
         if payload.reply_to:
