@@ -27,13 +27,13 @@ from .env import BenchEnv, CpuMeter
 
 CLAIM_ONE = text(
     """
-    SELECT seq, message_id::text, destination, type, key, payload::text,
-           to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-      FROM outbox_message
-     WHERE status = 'pending' AND channel = 'redis' AND available_at <= now()
-     ORDER BY available_at, seq
+    SELECT o.seq, o.message_id::text, o.destination, o.type, o.key, b.payload::text,
+           to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+      FROM outbox_message o JOIN outbox_message_body b ON b.seq = o.seq
+     WHERE o.status = 'pending' AND o.channel = 'redis' AND o.available_at <= now()
+     ORDER BY o.available_at, o.seq
      LIMIT 1
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF o SKIP LOCKED
     """
 )
 MARK_LEASED = text(

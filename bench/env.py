@@ -86,7 +86,7 @@ class BenchEnv:
     def reset_table(self) -> None:
         """Empty the outbox (TRUNCATE, identity restarted): each scenario starts from a clean table."""
         with self.engine.connect() as conn:
-            conn.execute(text("TRUNCATE outbox_message RESTART IDENTITY"))
+            conn.execute(text("TRUNCATE outbox_message, outbox_message_body RESTART IDENTITY"))
 
     def vacuum_analyze(self) -> None:
         """VACUUM ANALYZE the outbox, as autovacuum would have done on a maintained server."""

@@ -33,21 +33,31 @@ from .env import BenchEnv, percentile
 TEMPLATES = 1000
 
 # A side table of the bench database holding the payload templates.
-CREATE_TEMPLATES = text("CREATE TABLE IF NOT EXISTS bench_payload (i int PRIMARY KEY, payload jsonb NOT NULL, key text)")
+CREATE_TEMPLATES = text("CREATE TABLE IF NOT EXISTS bench_payload (i int PRIMARY KEY, payload json NOT NULL, key text)")
 
 # Rows with status `delivered` (or `pending`), payloads cycled from the templates,
-# created in the past so that pending rows are due.
+# created in the past so that pending rows are due. Bodies and states in one
+# statement, as the producer API writes them (see sql.INSERT_MESSAGES_BULK).
 SEED_ROWS = text(
     """
-    INSERT INTO outbox_message (message_id, channel, destination, type, key, payload, status, attempts,
+    WITH src AS MATERIALIZED (
+        SELECT gen_random_uuid() AS message_id, t.key, t.payload, g
+          FROM generate_series(1, :n) AS g
+          JOIN bench_payload t ON t.i = mod(g, :templates)
+    ), body AS (
+        INSERT INTO outbox_message_body (message_id, payload)
+        SELECT message_id, payload FROM src ORDER BY g
+        RETURNING seq, message_id
+    )
+    INSERT INTO outbox_message (seq, message_id, channel, destination, type, key, payload_bytes, status, attempts,
                                 available_at, created_at, delivered_at, delivery_ref)
-    SELECT gen_random_uuid(), 'redis', :stream, 'order.placed', t.key, t.payload, :status,
+    SELECT body.seq, src.message_id, 'redis', :stream, 'order.placed', src.key, octet_length(src.payload::text),
+           :status,
            CASE WHEN :status = 'delivered' THEN 1 ELSE 0 END,
            now() - interval '1 hour', now() - interval '1 hour',
            CASE WHEN :status = 'delivered' THEN now() - interval '30 minutes' END,
-           CASE WHEN :status = 'delivered' THEN '1700000000000-' || g END
-      FROM generate_series(1, :n) AS g
-      JOIN bench_payload t ON t.i = mod(g, :templates)
+           CASE WHEN :status = 'delivered' THEN '1700000000000-' || src.g END
+      FROM src JOIN body ON body.message_id = src.message_id
     """
 )
 
@@ -79,7 +89,7 @@ def _templates(conn: Any) -> None:
     if not conn.execute(text("SELECT count(*) FROM bench_payload")).scalar_one():
         rows = [{"i": i, "payload": json.dumps(e["payload"]), "key": e["key"]}
                 for i, e in enumerate(payloads.events(TEMPLATES, seed=61))]
-        conn.execute(text("INSERT INTO bench_payload VALUES (:i, CAST(:payload AS jsonb), :key)"), rows)
+        conn.execute(text("INSERT INTO bench_payload VALUES (:i, CAST(:payload AS json), :key)"), rows)
 
 
 def _seed(env: BenchEnv, *, delivered: int, pending: int, stream: str) -> float:

@@ -106,11 +106,11 @@ LIST_DEAD = text(
 # One message, every column (`outbox dead show`).
 GET_MESSAGE = text(
     """
-    SELECT seq, message_id, channel, destination, type, key, payload, headers, status,
-           attempts, max_attempts, available_at, lease_owner, lease_expires_at,
-           last_error, last_error_class, delivery_ref, created_at, delivered_at, dead_at
-      FROM outbox_message
-     WHERE message_id = CAST(:message_id AS uuid)
+    SELECT o.seq, o.message_id, o.channel, o.destination, o.type, o.key, b.payload, b.headers, o.status,
+           o.attempts, o.max_attempts, o.available_at, o.lease_owner, o.lease_expires_at,
+           o.last_error, o.last_error_class, o.delivery_ref, o.created_at, o.delivered_at, o.dead_at
+      FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
+     WHERE b.message_id = CAST(:message_id AS uuid)
     """
 )
 
@@ -194,8 +194,8 @@ COUNT_DEAD_OLDER = text(
 
 # Delete one batch of delivered rows older than the window: a range scan of
 # outbox_message_delivered_at_idx, at most :limit rows, locked with SKIP LOCKED
-# (never waits), in one statement and so one short transaction. Returns the
-# deleted count per channel.
+# (never waits), in one statement and so one short transaction, with their
+# bodies (outbox_message_body). Returns the deleted count per channel.
 # `seq = ANY(ARRAY(SELECT …))` makes the DELETE a primary-key lookup of the
 # picked rows; a join (`USING doomed`) lets the planner hash-join against a
 # sequential scan of the whole table on every batch.
@@ -211,7 +211,10 @@ PURGE_DELIVERED_BATCH = text(
     ), gone AS (
         DELETE FROM outbox_message o
          WHERE o.seq = ANY(ARRAY(SELECT seq FROM doomed)) AND o.status = 'delivered'
-        RETURNING o.channel
+        RETURNING o.seq, o.channel
+    ), bodies AS (
+        DELETE FROM outbox_message_body b
+         WHERE b.seq = ANY(ARRAY(SELECT seq FROM gone))
     )
     SELECT channel, count(*) AS n FROM gone GROUP BY channel
     """
@@ -230,7 +233,10 @@ PURGE_DEAD_BATCH = text(
     ), gone AS (
         DELETE FROM outbox_message o
          WHERE o.seq = ANY(ARRAY(SELECT seq FROM doomed)) AND o.status = 'dead'
-        RETURNING o.channel
+        RETURNING o.seq, o.channel
+    ), bodies AS (
+        DELETE FROM outbox_message_body b
+         WHERE b.seq = ANY(ARRAY(SELECT seq FROM gone))
     )
     SELECT channel, count(*) AS n FROM gone GROUP BY channel
     """

@@ -29,21 +29,25 @@ TABLE = "outbox_message"
 # sequential scan of the whole table (bench/: claim CPU 102 -> 53 µs per row at
 # 30,000 rows, and a scan that grows with the table).
 # Memory stays bounded: the batch also stops at max_bytes of payload JSON text
-# (what the relay holds in memory; not the on-disk size, which TOAST may have
-# compressed), so a batch of large emails or events cannot exhaust a small Lambda.
+# (`payload_bytes`, stored at enqueue: what the relay holds in memory; not the
+# on-disk size, which TOAST may have compressed), so a batch of large emails or
+# events cannot exhaust a small Lambda.
+# Payload and headers come from outbox_message_body (never updated, see
+# migration 0003), one primary-key lookup per claimed row (LATERAL: always a
+# nested loop on its index, whatever the planner estimates).
 # A re-claimed row whose attempts already reached its maximum goes to dead
 # with class lease_expired instead of being leased again; it is returned too,
 # so the caller can count it.
 CLAIM = text(
     """
     WITH expired AS (
-        SELECT seq, octet_length(payload::text) AS size FROM outbox_message
+        SELECT seq, payload_bytes AS size FROM outbox_message
          WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
          ORDER BY lease_expires_at
          LIMIT :limit
            FOR UPDATE SKIP LOCKED
     ), due AS (
-        SELECT seq, octet_length(payload::text) AS size FROM outbox_message
+        SELECT seq, payload_bytes AS size FROM outbox_message
          WHERE status = 'pending' AND channel = :channel AND available_at <= now()
          ORDER BY available_at, seq
          LIMIT (SELECT :limit - count(*) FROM expired)
@@ -60,7 +64,7 @@ CLAIM = text(
             SELECT seq, size, sum(size) OVER (ORDER BY branch, n) AS running FROM candidates
         ) w
          WHERE running - size < :max_bytes
-    )
+    ), claimed AS (
     UPDATE outbox_message o SET
         status           = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'dead' ELSE 'leased' END,
         attempts         = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN o.attempts ELSE o.attempts + 1 END,
@@ -74,10 +78,14 @@ CLAIM = text(
                                      || 'the holder died or overran its lease'
                                 ELSE o.last_error END
      WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked))
-    RETURNING o.seq, o.message_id::text, o.status, o.destination, o.type, o.key,
-              o.payload::text, o.headers::text, o.attempts,
-              coalesce(o.max_attempts, :default_max_attempts),
-              to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
+              coalesce(o.max_attempts, :default_max_attempts) AS max_attempts,
+              to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
+    )
+    SELECT c.seq, c.message_id::text, c.status, c.destination, c.type, c.key,
+           b.payload::text, b.headers::text, c.attempts, c.max_attempts, c.created_at
+      FROM claimed c
+     CROSS JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b
     """
 )
 
@@ -147,21 +155,26 @@ RECORD_OUTCOMES = text(
 # concurrently by another transaction is not compared: NULL.)
 INSERT_MESSAGE = text(
     """
-    WITH ins AS (
-        INSERT INTO outbox_message
-            (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
-        VALUES
-            (:message_id, :channel, :destination, :type, :key, CAST(:payload AS json),
-             CAST(:headers AS json), :max_attempts,
-             coalesce(CAST(:deliver_at AS timestamptz), now()))
+    WITH body AS (
+        INSERT INTO outbox_message_body (message_id, payload, headers)
+        VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json))
         ON CONFLICT (message_id) DO NOTHING
+        RETURNING seq, message_id, payload
+    ), ins AS (
+        INSERT INTO outbox_message
+            (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at)
+        SELECT seq, message_id, CAST(:channel AS text), CAST(:destination AS text), CAST(:type AS text),
+               CAST(:key AS text), octet_length(payload::text), CAST(:max_attempts AS integer),
+               coalesce(CAST(:deliver_at AS timestamptz), now())
+          FROM body
         RETURNING seq
     )
     SELECT (SELECT count(*) FROM ins) AS inserted,
            (SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
                    AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
-                   AND o.payload::jsonb = CAST(:payload AS jsonb)
-              FROM outbox_message o WHERE o.message_id = CAST(:message_id AS uuid)) AS same
+                   AND b.payload::jsonb = CAST(:payload AS jsonb)
+              FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
+             WHERE b.message_id = CAST(:message_id AS uuid)) AS same
     """
 )
 
@@ -170,18 +183,28 @@ INSERT_MESSAGE = text(
 # pg8000 writes array elements unquoted unless they are exactly "NULL", and
 # PostgreSQL reads an unquoted null in any letter case as SQL NULL, so a key
 # "null" or a payload of JSON null would be lost. `i` keeps the caller's order
-# (seq follows it).
+# (seq follows it); a message id given twice in one chunk counts once (its
+# first occurrence), as a repeat in a later call does.
 INSERT_MESSAGES_BULK = text(
     """
+    WITH m AS (
+        SELECT DISTINCT ON (message_id) *
+          FROM json_to_recordset(CAST(:messages AS json))
+               AS m(i int, message_id uuid, channel text, destination text, type text, key text,
+                    payload text, headers text, max_attempts int, deliver_at timestamptz)
+         ORDER BY message_id, i
+    ), body AS (
+        INSERT INTO outbox_message_body (message_id, payload, headers)
+        SELECT message_id, payload::json, headers::json FROM m ORDER BY i
+        ON CONFLICT (message_id) DO NOTHING
+        RETURNING seq, message_id
+    )
     INSERT INTO outbox_message
-        (message_id, channel, destination, type, key, payload, headers, max_attempts, available_at)
-    SELECT m.message_id, m.channel, m.destination, m.type, m.key, m.payload::json,
-           m.headers::json, m.max_attempts, coalesce(m.deliver_at, now())
-      FROM json_to_recordset(CAST(:messages AS json))
-           AS m(i int, message_id uuid, channel text, destination text, type text, key text,
-                payload text, headers text, max_attempts int, deliver_at timestamptz)
-     ORDER BY m.i
-    ON CONFLICT (message_id) DO NOTHING
+        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at)
+    SELECT b.seq, b.message_id, m.channel, m.destination, m.type, m.key, octet_length(m.payload),
+           m.max_attempts, coalesce(m.deliver_at, now())
+      FROM body b JOIN m ON m.message_id = b.message_id
+     ORDER BY b.seq
     """
 )
 

@@ -15,6 +15,7 @@ from outbox_relay import maintenance
 from outbox_relay import observability as obs
 from outbox_relay.errors import ConfigurationError
 from outbox_relay.local import LocalContext, load_handler, project_root
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
 EVENTS = project_root() / "events"
 
@@ -56,21 +57,22 @@ def seed(db, n: int, status: str, *, channel: str = "redis", ago: float = 0.0, e
          available_ago: float = 0.0) -> None:
     """`n` rows in `status`, `ago` seconds after they were delivered / died (database clock)."""
     with db.begin() as conn:
-        conn.execute(text(
+        conn.execute(insert_rows(
             """
-            INSERT INTO outbox_message (message_id, channel, destination, type, payload, status, attempts,
-                                        available_at, delivered_at, delivery_ref, dead_at,
-                                        last_error, last_error_class)
-            SELECT gen_random_uuid(), :channel, 'orders', 'order.placed', '{"n": 1}', :status,
-                   CASE WHEN :status = 'pending' THEN 0 ELSE 3 END,
-                   now() - make_interval(secs => CAST(:available_ago AS float8)),
-                   CASE WHEN :status = 'delivered' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
-                   CASE WHEN :status = 'delivered' THEN '1-0' END,
-                   CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
-                   CASE WHEN :status = 'dead' THEN 'failed' END,
-                   :error_class
+            SELECT gen_random_uuid() AS message_id, CAST(:channel AS text) AS channel, 'orders' AS destination,
+                   'order.placed' AS type, '{"n": 1}' AS payload, CAST(:status AS text) AS status,
+                   CASE WHEN :status = 'pending' THEN 0 ELSE 3 END AS attempts,
+                   now() - make_interval(secs => CAST(:available_ago AS float8)) AS available_at,
+                   CASE WHEN :status = 'delivered' THEN now() - make_interval(secs => CAST(:ago AS float8)) END
+                       AS delivered_at,
+                   CASE WHEN :status = 'delivered' THEN '1-0' END AS delivery_ref,
+                   CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END
+                       AS dead_at,
+                   CASE WHEN :status = 'dead' THEN 'failed' END AS last_error,
+                   CAST(:error_class AS text) AS last_error_class
               FROM generate_series(1, :n)
-            """), {"n": n, "status": status, "channel": channel, "ago": float(ago),
+            """, ["channel", "destination", "type", "status", "attempts", "available_at", "delivered_at",
+                  "delivery_ref", "dead_at", "last_error", "last_error_class"]), {"n": n, "status": status, "channel": channel, "ago": float(ago),
                    "available_ago": float(available_ago), "error_class": error_class})
 
 

@@ -35,8 +35,9 @@ def test_enqueue_email_writes_one_ses_row(database_url, app_engine, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.strip() == str(mid)
     with app_engine.connect() as conn:
-        row = conn.execute(text("SELECT channel, destination, type, status, max_attempts, payload "
-                                "FROM outbox_message WHERE message_id = :m"), {"m": mid}).one()
+        row = conn.execute(text("SELECT o.channel, o.destination, o.type, o.status, o.max_attempts, b.payload "
+                                "FROM outbox_message o JOIN outbox_message_body b ON b.seq = o.seq "
+                                "WHERE b.message_id = :m"), {"m": mid}).one()
     assert (row.channel, row.destination, row.type, row.status, row.max_attempts) == \
         ("ses", "transactional", "email", "pending", 4)
     p = row.payload

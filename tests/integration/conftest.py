@@ -57,15 +57,17 @@ def enqueue(app_engine, redis_prefix) -> Callable[..., list]:
 
 @pytest.fixture
 def rows(app_engine) -> Callable[[], list[dict]]:
-    """rows() -> every outbox row as a dict, ordered by seq, with `due` = available_at <= now()."""
+    """rows() -> every outbox row with its body's payload and headers, as a dict,
+    ordered by seq, with `due` = available_at <= now()."""
 
     def _rows() -> list[dict]:
         with app_engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(text(
-                "SELECT *, available_at <= now() AS due, "
+                "SELECT o.*, b.payload, b.headers, available_at <= now() AS due, "
                 "EXTRACT(EPOCH FROM available_at - now())::float8 AS due_in, "
                 "EXTRACT(EPOCH FROM lease_expires_at - now())::float8 AS lease_left "
-                "FROM outbox_message ORDER BY seq"))]
+                "FROM outbox_message o JOIN outbox_message_body b ON b.seq = o.seq AND b.message_id = o.message_id "
+                "ORDER BY o.seq"))]
 
     return _rows
 

@@ -4,6 +4,8 @@ on message ids, and inside the caller's transaction."""
 
 from __future__ import annotations
 
+import re
+
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -29,13 +31,18 @@ def statements(app_engine):
 
 
 def inserts(statements: list[str]) -> list[str]:
-    return [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+    """The statements that write outbox rows (bodies and states, one statement)."""
+    return [s for s in statements
+            if re.search(r"INSERT INTO outbox_message\s", s) and "INSERT INTO outbox_message_body" in s]
 
 
 def stored(app_engine) -> list[dict]:
     with app_engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(text(
-            "SELECT *, available_at <= now() AS due FROM outbox_message ORDER BY seq"))]
+            "SELECT o.*, b.payload, b.headers, o.available_at <= now() AS due, "
+            "octet_length(b.payload::text) AS body_bytes "
+            "FROM outbox_message o JOIN outbox_message_body b ON b.seq = o.seq AND b.message_id = o.message_id "
+            "ORDER BY o.seq"))]
 
 
 def events(n: int, prefix: str, **extra) -> list[dict]:
@@ -46,7 +53,7 @@ def test_one_round_trip_per_chunk(app_engine, statements, redis_prefix):
     for n, round_trips in [(1, 1), (BULK_CHUNK, 1), (BULK_CHUNK + 1, 2), (2500, 3)]:
         # Given n messages written in one application transaction
         with app_engine.begin() as conn:
-            conn.execute(text("TRUNCATE outbox_message"))
+            conn.execute(text("TRUNCATE outbox_message, outbox_message_body"))
             statements.clear()
             ids = enqueue_events_bulk(conn, events(n, redis_prefix))
             sent = list(statements)
@@ -78,12 +85,16 @@ def test_every_field_is_stored(app_engine, redis_prefix):
         (f"{redis_prefix}orders", "order.placed", "customer-7", 4)
     assert first["payload"] == {"total": 12.5, "note": "größe ✓"} and first["headers"] == {"trace": "abc"}
     assert first["due"] is True
+    # the claim's byte budget reads payload_bytes: the UTF-8 size of the stored JSON text
+    assert [r["payload_bytes"] for r in (first, second, third, fourth)] == \
+        [r["body_bytes"] for r in (first, second, third, fourth)]
+    assert first["payload_bytes"] == len('{"total":12.5,"note":"größe ✓"}'.encode())
     assert second["destination"] == f"{{{redis_prefix}tag}}:invoices" and second["payload"] == [1, 2, 3]
     assert second["due"] is False and abs((second["available_at"] - later).total_seconds()) < 0.001
     assert (second["key"], second["headers"], second["max_attempts"]) == (None, None, None)
     assert third["payload"] is None and third["type"] == "order.paid"  # JSON null, stored as JSON null
     with app_engine.connect() as conn:
-        assert conn.execute(text("SELECT json_typeof(payload) FROM outbox_message WHERE seq = :s"),
+        assert conn.execute(text("SELECT json_typeof(payload) FROM outbox_message_body WHERE seq = :s"),
                             {"s": third["seq"]}).scalar_one() == "null"
     assert (fourth["destination"], fourth["type"], fourth["key"], fourth["payload"], fourth["headers"]) == \
         (f"{redis_prefix}null", "Null", "null", "NULL", {"h": "null"})

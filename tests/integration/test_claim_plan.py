@@ -7,20 +7,24 @@ import json
 from sqlalchemy import text
 
 from outbox_relay import sql
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
-SEED = text(
+SEED = insert_rows(
     """
-    INSERT INTO outbox_message (message_id, channel, destination, type, payload, status, attempts,
-                                delivered_at, delivery_ref, lease_owner, lease_expires_at, available_at)
-    SELECT gen_random_uuid(), CASE WHEN mod(i, 5) = 0 THEN 'ses' ELSE 'redis' END, 's', 't', '{}'::jsonb,
-           CASE WHEN mod(i, 100) = 0 THEN 'pending' WHEN mod(i, 100) = 1 THEN 'leased' ELSE 'delivered' END,
-           1,
-           CASE WHEN mod(i, 100) > 1 THEN now() END, CASE WHEN mod(i, 100) > 1 THEN '1-0' END,
-           CASE WHEN mod(i, 100) = 1 THEN 'someone' END,
-           CASE WHEN mod(i, 100) = 1 THEN now() + interval '1 minute' END,
-           now() - interval '1 minute'
+    SELECT gen_random_uuid() AS message_id, CASE WHEN mod(i, 5) = 0 THEN 'ses' ELSE 'redis' END AS channel,
+           's' AS destination, 't' AS type, '{}' AS payload,
+           CASE WHEN mod(i, 100) = 0 THEN 'pending' WHEN mod(i, 100) = 1 THEN 'leased' ELSE 'delivered' END
+               AS status,
+           1 AS attempts,
+           CASE WHEN mod(i, 100) > 1 THEN now() END AS delivered_at,
+           CASE WHEN mod(i, 100) > 1 THEN '1-0' END AS delivery_ref,
+           CASE WHEN mod(i, 100) = 1 THEN 'someone' END AS lease_owner,
+           CASE WHEN mod(i, 100) = 1 THEN now() + interval '1 minute' END AS lease_expires_at,
+           now() - interval '1 minute' AS available_at
       FROM generate_series(1, :n) AS i
-    """
+    """,
+    ["channel", "destination", "type", "status", "attempts", "delivered_at", "delivery_ref", "lease_owner",
+     "lease_expires_at", "available_at"],
 )
 
 
@@ -45,6 +49,10 @@ def test_claim_plan_uses_both_partial_indexes(app_engine):
     indexes = {n.get("Index Name") for n in scans}
     assert {"outbox_message_pending_due_idx", "outbox_message_lease_expiry_idx"} <= indexes
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], scans
+    # Bodies are fetched one by one through their primary key, never scanned
+    bodies = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message_body"]
+    assert bodies and {n.get("Index Name") for n in bodies} == {"outbox_message_body_pkey"}, bodies
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in bodies) <= 500
     # The pending branch reads only what it returns, not the delivered bulk of the table
     pending_scan = next(n for n in scans if n.get("Index Name") == "outbox_message_pending_due_idx")
     assert pending_scan["Actual Rows"] <= 500

@@ -13,24 +13,28 @@ from sqlalchemy import Engine, create_engine, text
 
 from outbox_relay import ops_cli
 from outbox_relay.cli import main
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
-SEED = text(
+SEED = insert_rows(
     """
-    INSERT INTO outbox_message
-        (message_id, channel, destination, type, payload, status, attempts, max_attempts,
-         available_at, lease_owner, lease_expires_at, last_error, last_error_class,
-         delivery_ref, delivered_at, dead_at, created_at)
-    VALUES
-        (:message_id, :channel, :destination, :type, CAST(:payload AS jsonb), :status, :attempts, :max_attempts,
-         now() - make_interval(secs => CAST(:available_ago AS float8)),
-         :lease_owner,
-         CASE WHEN :status = 'leased' THEN now() + make_interval(secs => CAST(:lease_left AS float8)) END,
-         :last_error, :last_error_class,
-         CASE WHEN :status = 'delivered' THEN '1-0' END,
-         CASE WHEN :status = 'delivered' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
-         CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END,
-         now() - make_interval(secs => CAST(:ago AS float8) + 1))
-    """
+    SELECT CAST(:message_id AS uuid) AS message_id, CAST(:channel AS text) AS channel,
+           CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
+           CAST(:payload AS text) AS payload, CAST(:status AS text) AS status,
+           CAST(:attempts AS integer) AS attempts, CAST(:max_attempts AS integer) AS max_attempts,
+           now() - make_interval(secs => CAST(:available_ago AS float8)) AS available_at,
+           CAST(:lease_owner AS text) AS lease_owner,
+           CASE WHEN :status = 'leased' THEN now() + make_interval(secs => CAST(:lease_left AS float8)) END
+               AS lease_expires_at,
+           CAST(:last_error AS text) AS last_error, CAST(:last_error_class AS text) AS last_error_class,
+           CASE WHEN :status = 'delivered' THEN '1-0' END AS delivery_ref,
+           CASE WHEN :status = 'delivered' THEN now() - make_interval(secs => CAST(:ago AS float8)) END
+               AS delivered_at,
+           CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END AS dead_at,
+           now() - make_interval(secs => CAST(:ago AS float8) + 1) AS created_at
+    """,
+    ["channel", "destination", "type", "status", "attempts", "max_attempts", "available_at", "lease_owner",
+     "lease_expires_at", "last_error", "last_error_class", "delivery_ref", "delivered_at", "dead_at",
+     "created_at"],
 )
 
 

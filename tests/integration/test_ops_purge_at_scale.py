@@ -20,6 +20,7 @@ from sqlalchemy import text
 from outbox_relay import ops
 from outbox_relay.models import Channel, Outcome, OutcomeKind
 from outbox_relay.store import LeaseStore
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
 DELIVERED = 200_000
 PENDING = 20_000
@@ -28,24 +29,27 @@ MAX_CLAIM_SECONDS = 1.0
 
 # Sequential message ids (not UUID v4, so never equal to a producer's) keep the
 # unique index's inserts at its right edge: the seed takes half the time.
-SEED_DELIVERED = text(
+SEED_DELIVERED = insert_rows(
     """
-    INSERT INTO outbox_message (message_id, channel, destination, type, payload, status, attempts,
-                                delivered_at, delivery_ref, created_at, available_at)
-    SELECT lpad(to_hex(g), 32, '0')::uuid, CASE WHEN mod(g, 4) = 0 THEN 'ses' ELSE 'redis' END,
-           'orders', 'order.placed', '{"n": 1}', 'delivered', 1,
-           now() - interval '10 days' + g * interval '1 millisecond', g || '-0',
-           now() - interval '11 days', now() - interval '11 days'
+    SELECT lpad(to_hex(g), 32, '0')::uuid AS message_id,
+           CASE WHEN mod(g, 4) = 0 THEN 'ses' ELSE 'redis' END AS channel,
+           'orders' AS destination, 'order.placed' AS type, '{"n": 1}' AS payload, 'delivered' AS status,
+           1 AS attempts, now() - interval '10 days' + g * interval '1 millisecond' AS delivered_at,
+           g || '-0' AS delivery_ref, now() - interval '11 days' AS created_at,
+           now() - interval '11 days' AS available_at
       FROM generate_series(1, :n) AS g
-    """
+    """,
+    ["channel", "destination", "type", "status", "attempts", "delivered_at", "delivery_ref", "created_at",
+     "available_at"],
 )
 
-SEED_PENDING = text(
+SEED_PENDING = insert_rows(
     """
-    INSERT INTO outbox_message (message_id, channel, destination, type, payload)
-    SELECT gen_random_uuid(), 'redis', 'orders', 'order.placed', jsonb_build_object('n', g)
+    SELECT gen_random_uuid() AS message_id, 'redis' AS channel, 'orders' AS destination,
+           'order.placed' AS type, json_build_object('n', g) AS payload
       FROM generate_series(1, :n) AS g
-    """
+    """,
+    ["channel", "destination", "type"],
 )
 
 

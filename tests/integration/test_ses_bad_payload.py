@@ -14,13 +14,14 @@ from outbox_relay.models import ClaimedMessage
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.relay import run_batch
 from ses_support import aws_env, enqueue_mail, make_publisher, sent_messages, ses, ses_store  # noqa: F401
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
 #: The reviewer's row: valid JSON and valid fields, but the stdlib parser raises IndexError on the
 #: Resent-To value while building the MIME (the attachment sends it as raw MIME).
-BAD_ROW = ("""INSERT INTO outbox_message (message_id, channel, destination, type, payload)
-VALUES (gen_random_uuid(), 'ses', 'ses', 'email', '{"to":["p@example.com"],"subject":"s","text":"t",
+BAD_ROW = insert_rows("""SELECT gen_random_uuid() AS message_id, 'ses' AS channel, 'ses' AS destination,
+'email' AS type, '{"to":["p@example.com"],"subject":"s","text":"t",
 "headers":{"Resent-To":"a@"},"attachments":[{"filename":"a.txt","content_type":"text/plain",
-"content_base64":"eA=="}]}')""")
+"content_base64":"eA=="}]}' AS payload""", ["channel", "destination", "type"])
 
 
 def _recipients() -> list[str]:
@@ -32,7 +33,7 @@ def test_a_bad_stored_email_is_dead_lettered_and_the_good_ones_sent_once(ses, se
     # Given three good emails, then one inserted by hand whose header cannot be written as MIME
     enqueue_mail(3)
     with app_engine.begin() as conn:
-        conn.execute(text(BAD_ROW))
+        conn.execute(BAD_ROW)
 
     # When the SES relay runs three times
     summaries = [run_batch(ses_store, make_publisher(ses), policy, plenty, f"owner-{i}") for i in range(3)]

@@ -14,6 +14,7 @@ from outbox_relay.local_ses import fail_send_email
 from outbox_relay.relay import run_batch
 from ses_support import (CONFIGURATION_SET, DEFAULT_FROM, enqueue_mail, make_publisher, sent_messages,  # noqa: F401
                          ses, ses_store, aws_env)
+from outbox_rows import insert_rows  # tests/outbox_rows.py
 
 KOREAN = "주문이 확인되었습니다 🎉 — 떡볶이 2인분, 맵게 🌶️"
 FRENCH = "Votre crème brûlée est en route — à bientôt, Zoë !"
@@ -130,9 +131,9 @@ def test_invalid_payload_written_by_hand_is_dead_lettered_and_the_batch_goes_on(
     with app_engine.begin() as conn:
         for payload in ({"to": ["not an address"], "subject": "x", "text": "y"},
                         {"to": ["a@example.com"], "subject": "no body"}):
-            conn.execute(sql_text(
-                "INSERT INTO outbox_message (message_id, channel, destination, type, payload) "
-                "VALUES (:id, 'ses', 'ses', 'email', CAST(:p AS jsonb))"),
+            conn.execute(insert_rows(
+                "SELECT CAST(:id AS uuid) AS message_id, 'ses' AS channel, 'ses' AS destination, "
+                "'email' AS type, CAST(:p AS text) AS payload", ["channel", "destination", "type"]),
                 {"id": uuid.uuid4(), "p": json.dumps(payload)})
 
     # When the relay runs

@@ -1,0 +1,116 @@
+"""Migrations carry existing messages across schema changes, both ways.
+
+A database at revision 0001 (payload as jsonb in the state row) with messages
+in every state is upgraded to head (0002: json; 0003: bodies in
+outbox_message_body), checked, used, and downgraded back to 0001.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Iterator
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from outbox_relay.local import create_database, drop_database, with_database
+from outbox_relay.migrate import migrations_dir, upgrade
+from outbox_relay.models import Channel
+from outbox_relay.producer import enqueue_event
+from outbox_relay.store import LeaseStore
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+@pytest.fixture
+def old_engine(servers) -> Iterator[Engine]:
+    name = f"outbox_test_{uuid.uuid4().hex[:8]}_migrations"
+    drop_database(servers.database_url, name)
+    create_database(servers.database_url, name)
+    engine = create_engine(with_database(servers.database_url, name), poolclass=NullPool)
+    yield engine
+    engine.dispose()
+    drop_database(servers.database_url, name)
+
+
+OLD_ROW = text(
+    """
+    INSERT INTO outbox_message (message_id, channel, destination, type, key, payload, headers, status,
+                                attempts, delivered_at, delivery_ref)
+    VALUES (:id, 'redis', 'orders', 'order.placed', :key, CAST(:payload AS jsonb), CAST(:headers AS jsonb),
+            :status, :attempts, CASE WHEN :status = 'delivered' THEN now() END,
+            CASE WHEN :status = 'delivered' THEN '1-0' END)
+    RETURNING seq
+    """
+)
+
+
+def test_upgrade_keeps_every_message_and_downgrade_restores_them(old_engine, redis_prefix):
+    # Given a database at 0001 with messages in two states, one with headers and non-ASCII text
+    upgrade(old_engine, "0001")
+    old = [
+        dict(id=uuid.uuid4(), key="k-1", payload={"total": "9.90", "note": "größe ✓"}, headers={"trace": "t"},
+             status="pending", attempts=0),
+        dict(id=uuid.uuid4(), key=None, payload=[1, 2], headers=None, status="delivered", attempts=1),
+    ]
+    with old_engine.begin() as conn:
+        seqs = [conn.execute(OLD_ROW, {**m, "payload": json.dumps(m["payload"]),
+                                       "headers": json.dumps(m["headers"]) if m["headers"] else None}).scalar_one()
+                for m in old]
+
+    # When it is upgraded to head
+    upgrade(old_engine)
+
+    # Then each message is a state row and a body with the same seq, id, payload and headers
+    with old_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT o.seq, o.message_id, o.status, o.payload_bytes, b.payload, b.headers, "
+            "octet_length(b.payload::text) AS body_bytes "
+            "FROM outbox_message o JOIN outbox_message_body b ON b.seq = o.seq AND b.message_id = o.message_id "
+            "ORDER BY o.seq")).mappings().all()
+    assert [r["seq"] for r in rows] == seqs
+    assert [(r["message_id"], r["status"], r["payload"], r["headers"]) for r in rows] == \
+        [(m["id"], m["status"], m["payload"], m["headers"]) for m in old]
+    assert all(r["payload_bytes"] == r["body_bytes"] for r in rows)
+
+    # And the old message ids are still idempotency keys; new messages get later seqs
+    with old_engine.begin() as conn:
+        assert enqueue_event(conn, stream="orders", type="order.placed",
+                             payload={"total": "9.90", "note": "größe ✓"}, key="k-1", message_id=old[0]["id"]) \
+            == old[0]["id"]
+        new_id = enqueue_event(conn, stream=redis_prefix + "orders", type="order.placed", payload={"n": 3})
+    with old_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar_one() == 3
+        new_seq = conn.execute(text("SELECT seq FROM outbox_message_body WHERE message_id = :i"),
+                               {"i": new_id}).scalar_one()
+    assert new_seq > max(seqs)
+
+    # And the relay claims the pending ones with their payloads
+    store = LeaseStore(create_engine(old_engine.url, isolation_level="AUTOCOMMIT", poolclass=NullPool),
+                       Channel.REDIS, default_max_attempts=5)
+    claimed = store.claim("owner", 10, 30)
+    assert [(m.message_id, json.loads(m.payload_json)) for m in claimed] == \
+        [(str(old[0]["id"]), old[0]["payload"]), (str(new_id), {"n": 3})]
+    store.engine.dispose()
+
+    # When it is downgraded to 0001 again, every message keeps its payload
+    downgrade(old_engine, "0001")
+    with old_engine.connect() as conn:
+        back = conn.execute(text("SELECT seq, message_id, payload, headers FROM outbox_message ORDER BY seq")).all()
+        assert conn.execute(text("SELECT to_regclass('outbox_message_body')")).scalar_one() is None
+    assert [(r.message_id, r.payload, r.headers) for r in back] == \
+        [(m["id"], m["payload"], m["headers"]) for m in old] + [(new_id, {"n": 3}, None)]
+    with old_engine.begin() as conn:  # and the identity goes on after the highest seq
+        seq = conn.execute(OLD_ROW, {"id": uuid.uuid4(), "key": None, "payload": "{}", "headers": None,
+                                     "status": "pending", "attempts": 0}).scalar_one()
+    assert seq > new_seq
