@@ -333,6 +333,9 @@ def test_purge_deletes_only_rows_past_their_window(outbox, app_engine):
     left = {r["message_id"] for r in all_rows(app_engine)}
     assert left == {*recent_delivered, recent_dead, old_pending, leased}
     assert not left & {*old_delivered, *old_dead}
+    with app_engine.connect() as conn:  # their bodies went with them
+        bodies = {r[0] for r in conn.execute(text("SELECT message_id FROM outbox_message_body"))}
+    assert bodies == left
 
 
 def test_purge_human_output_and_dead_kept_without_a_dead_window(outbox, app_engine):
