@@ -1,1 +1,1 @@
-"""Benchmarks of the outbox relay: `python -m bench --help` (see docs/readme/benchmark.md)."""
+"""Benchmarks of the outbox relay: `python -m bench --help` (see the README, section Benchmark)."""

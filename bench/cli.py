@@ -179,7 +179,7 @@ def _common(f: Callable) -> Callable:
 
 @click.group()
 def main() -> None:
-    """Benchmarks of the outbox relay (see docs/readme/benchmark.md)."""
+    """Benchmarks of the outbox relay (see the README, section Benchmark)."""
 
 
 def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
@@ -224,7 +224,7 @@ _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate."
 @main.command(name="show")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=report.LATEST,
               show_default=True)
-@click.option("--markdown", is_flag=True, help="Markdown tables, as quoted in docs/readme/benchmark.md.")
+@click.option("--markdown", is_flag=True, help="Markdown tables, as quoted in the README (Benchmark, Latest figures).")
 def show(path: Path, markdown: bool) -> None:
     """Print the figures of a results file (default: the latest run)."""
     results = report.json.loads(path.read_text())

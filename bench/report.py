@@ -193,7 +193,7 @@ def _when(section: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The latest figures as Markdown tables (for docs/readme/benchmark.md)."""
+    """The latest figures as Markdown tables (quoted in the README, section Benchmark)."""
     out: list[str] = []
     m = results.get("machine", {})
     if m:

@@ -24,7 +24,7 @@ Rules and where they come from:
 - at least one and at most 50 recipients across to, cc and bcc ("Service
   quotas in Amazon SES": recipients per message);
 - html or text present; subject present; no CR, LF or NUL where they could
-  inject a header or break `jsonb`;
+  inject a header or break PostgreSQL text;
 - custom headers: at most 15, names printable ASCII without a colon (RFC 5322
   field-name) of at most 126 characters, values at most 995 characters once
   encoded (SES API v2 reference, "MessageHeader"), and each value must parse

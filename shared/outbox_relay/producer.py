@@ -42,7 +42,8 @@ def _json_text(value: Any, field: str, limit: int) -> str:
     except UnicodeEncodeError:
         raise InvalidMessageError(field, "must be valid Unicode (no lone surrogates)") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        # PostgreSQL jsonb cannot store the NUL character (\u0000).
+        # The NUL character (\u0000): the idempotency check compares payloads as
+        # jsonb, which refuses it ("JSON Types", PostgreSQL documentation).
         raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
     size = len(encoded)
     if size > limit:
