@@ -128,7 +128,8 @@ REDRIVE_PREVIEW = text(
      WHERE status = 'dead'
        AND (CAST(:channel AS text) IS NULL OR channel = CAST(:channel AS text))
        AND (CAST(:error_class AS text) IS NULL OR last_error_class = CAST(:error_class AS text))
-       AND (CAST(:message_ids AS uuid[]) IS NULL OR message_id = ANY(CAST(:message_ids AS uuid[])))
+       AND (CAST(:message_ids AS uuid[]) IS NULL OR seq = ANY(ARRAY(
+                SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[])))))
      GROUP BY channel, last_error_class
      ORDER BY channel, last_error_class
     """
@@ -138,7 +139,8 @@ REDRIVE_PREVIEW = text(
 DEAD_AMONG = text(
     """
     SELECT message_id FROM outbox_message
-     WHERE status = 'dead' AND message_id = ANY(CAST(:message_ids AS uuid[]))
+     WHERE status = 'dead' AND seq = ANY(ARRAY(
+           SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[]))))
     """
 )
 
@@ -159,7 +161,8 @@ REDRIVE_BATCH_SQL = text(
            AND (dead_at IS NULL OR dead_at <= CAST(:cutoff AS timestamptz))
            AND (CAST(:channel AS text) IS NULL OR channel = CAST(:channel AS text))
            AND (CAST(:error_class AS text) IS NULL OR last_error_class = CAST(:error_class AS text))
-           AND (CAST(:message_ids AS uuid[]) IS NULL OR message_id = ANY(CAST(:message_ids AS uuid[])))
+           AND (CAST(:message_ids AS uuid[]) IS NULL OR seq = ANY(ARRAY(
+                SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[])))))
          ORDER BY dead_at, seq
          LIMIT :limit
            FOR UPDATE SKIP LOCKED
@@ -194,8 +197,8 @@ COUNT_DEAD_OLDER = text(
 
 # Delete one batch of delivered rows older than the window: a range scan of
 # outbox_message_delivered_at_idx, at most :limit rows, locked with SKIP LOCKED
-# (never waits), in one statement and so one short transaction, with their
-# bodies (outbox_message_body). Returns the deleted count per channel.
+# (never waits), in one statement and so one short transaction; their bodies
+# go with them (trigger of migration 0003). Returns the deleted count per channel.
 # `seq = ANY(ARRAY(SELECT …))` makes the DELETE a primary-key lookup of the
 # picked rows; a join (`USING doomed`) lets the planner hash-join against a
 # sequential scan of the whole table on every batch.
@@ -211,10 +214,7 @@ PURGE_DELIVERED_BATCH = text(
     ), gone AS (
         DELETE FROM outbox_message o
          WHERE o.seq = ANY(ARRAY(SELECT seq FROM doomed)) AND o.status = 'delivered'
-        RETURNING o.seq, o.channel
-    ), bodies AS (
-        DELETE FROM outbox_message_body b
-         WHERE b.seq = ANY(ARRAY(SELECT seq FROM gone))
+        RETURNING o.channel
     )
     SELECT channel, count(*) AS n FROM gone GROUP BY channel
     """
@@ -233,10 +233,7 @@ PURGE_DEAD_BATCH = text(
     ), gone AS (
         DELETE FROM outbox_message o
          WHERE o.seq = ANY(ARRAY(SELECT seq FROM doomed)) AND o.status = 'dead'
-        RETURNING o.seq, o.channel
-    ), bodies AS (
-        DELETE FROM outbox_message_body b
-         WHERE b.seq = ANY(ARRAY(SELECT seq FROM gone))
+        RETURNING o.channel
     )
     SELECT channel, count(*) AS n FROM gone GROUP BY channel
     """

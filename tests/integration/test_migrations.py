@@ -114,3 +114,57 @@ def test_upgrade_keeps_every_message_and_downgrade_restores_them(old_engine, red
         seq = conn.execute(OLD_ROW, {"id": uuid.uuid4(), "key": None, "payload": "{}", "headers": None,
                                      "status": "pending", "attempts": 0}).scalar_one()
     assert seq > new_seq
+
+
+def test_roles_granted_on_the_outbox_keep_working_after_the_upgrade(old_engine, servers, redis_prefix):
+    # Given a least-privilege role granted what the README asked before 0003: rights on outbox_message only
+    upgrade(old_engine, "0002")
+    role = f"outbox_test_role_{uuid.uuid4().hex[:8]}"
+    with old_engine.begin() as conn:
+        conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(text(f'GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_message TO "{role}"'))
+    try:
+        # When the owner upgrades to head
+        upgrade(old_engine)
+        # Then the role can enqueue, claim, record and read a message with its body, as before
+        as_role = create_engine(old_engine.url.set(username=role), poolclass=NullPool)
+        with as_role.begin() as conn:
+            mid = enqueue_event(conn, stream=redis_prefix + "orders", type="t", payload={"n": 1})
+        store = LeaseStore(create_engine(old_engine.url.set(username=role), isolation_level="AUTOCOMMIT",
+                                         poolclass=NullPool), Channel.REDIS, default_max_attempts=5)
+        (m,) = store.claim("owner", 10, 30)
+        assert m.message_id == str(mid) and json.loads(m.payload_json) == {"n": 1}
+        with as_role.begin() as conn:
+            assert conn.execute(text("SELECT count(*) FROM outbox_message_body")).scalar_one() == 1
+        store.engine.dispose()
+        as_role.dispose()
+    finally:
+        # privileges first (in this database), then the role (cluster-wide)
+        with old_engine.begin() as conn:
+            conn.execute(text(f'DROP OWNED BY "{role}"'))
+            conn.execute(text(f'DROP ROLE "{role}"'))
+
+
+def test_a_message_deleted_by_hand_takes_its_body_and_its_id_can_be_used_again(app_engine, redis_prefix):
+    with app_engine.begin() as conn:
+        first = enqueue_event(conn, stream=redis_prefix + "o", type="t", payload=1)
+        enqueue_event(conn, stream=redis_prefix + "o", type="t", payload=2)
+    # When a state row is deleted by hand (not through outbox purge)
+    with app_engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_message WHERE message_id = :m"), {"m": first})
+        assert conn.execute(text("SELECT count(*) FROM outbox_message_body")).scalar_one() == 1
+    # Then its id is free again: a new message under it is written, not silently dropped
+    with app_engine.begin() as conn:
+        assert enqueue_event(conn, stream=redis_prefix + "o", type="t", payload=3, message_id=first) == first
+        assert conn.execute(text("SELECT b.payload FROM outbox_message o JOIN outbox_message_body b "
+                                 "ON b.seq = o.seq WHERE o.message_id = :m"), {"m": first}).scalar_one() == 3
+    # And a TRUNCATE of the messages empties the bodies too
+    with app_engine.begin() as conn:
+        conn.execute(text("TRUNCATE outbox_message"))
+        assert conn.execute(text("SELECT count(*) FROM outbox_message_body")).scalar_one() == 0
+    # And a body cannot be deleted from under its message
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "o", type="t", payload=4)
+    with pytest.raises(Exception, match="foreign key"):
+        with app_engine.begin() as conn:
+            conn.execute(text("DELETE FROM outbox_message_body"))

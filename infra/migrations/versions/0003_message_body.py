@@ -19,6 +19,12 @@ So:
 - `outbox_message.seq` references `outbox_message_body.seq`: a state row never
   lacks its body. The claim and outcome updates never change `seq`, so the
   foreign key costs them nothing.
+- A body never outlives its state row: deleting (or truncating) outbox_message
+  deletes the bodies too, through a statement-level trigger, so a row
+  deleted by hand cannot leave a body behind that would silently swallow a
+  later enqueue of the same message id.
+- Every role granted rights on outbox_message gets the same rights on
+  outbox_message_body, so the relay's and the producers' users keep working.
 
 Existing rows are copied; the dropped columns' space in old row versions is
 reclaimed as rows are updated or purged (or by VACUUM FULL).
@@ -69,9 +75,63 @@ def upgrade() -> None:
         "DROP COLUMN headers, "
         "ADD CONSTRAINT outbox_message_seq_fkey FOREIGN KEY (seq) REFERENCES outbox_message_body (seq)"
     )
+    # Bodies go with their messages, whatever deletes them. One statement per
+    # deleting statement; `seq = ANY(ARRAY(...))` reaches them through the
+    # primary key (a join could hash the whole table).
+    op.execute(
+        """
+        CREATE FUNCTION outbox_message_delete_bodies() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM outbox_message_body WHERE seq = ANY (ARRAY(SELECT seq FROM gone));
+            RETURN NULL;
+        END
+        $$
+        """
+    )
+    op.execute(
+        "CREATE TRIGGER outbox_message_delete_bodies AFTER DELETE ON outbox_message "
+        "REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_delete_bodies()"
+    )
+    op.execute(
+        """
+        CREATE FUNCTION outbox_message_truncate_bodies() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM outbox_message_body;
+            RETURN NULL;
+        END
+        $$
+        """
+    )
+    op.execute(
+        "CREATE TRIGGER outbox_message_truncate_bodies AFTER TRUNCATE ON outbox_message "
+        "FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_truncate_bodies()"
+    )
+    # The same rights on the bodies as on the messages, for every role but the owner.
+    op.execute(
+        """
+        DO $$
+        DECLARE g record;
+        BEGIN
+            FOR g IN
+                SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                           AS grantee,
+                       a.privilege_type
+                  FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+                 WHERE c.oid = 'outbox_message'::regclass AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE format('GRANT %s ON outbox_message_body TO %s', g.privilege_type, g.grantee);
+            END LOOP;
+        END
+        $$
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER outbox_message_truncate_bodies ON outbox_message")
+    op.execute("DROP TRIGGER outbox_message_delete_bodies ON outbox_message")
+    op.execute("DROP FUNCTION outbox_message_truncate_bodies()")
+    op.execute("DROP FUNCTION outbox_message_delete_bodies()")
     op.execute(
         "ALTER TABLE outbox_message "
         "DROP CONSTRAINT outbox_message_seq_fkey, "
