@@ -51,6 +51,21 @@ def _json_text(value: Any, field: str, limit: int) -> str:
     return text
 
 
+_ID_TAKEN = ("already used by a different message (channel, destination, type, key or payload differ); "
+             "an idempotency key must identify one message")
+
+
+def _check_repeats(rows: list[dict[str, Any]]) -> None:
+    """Refuse one message id given twice in one call for two different messages
+    (channel, destination, type, key, or payload as the JSON text written)."""
+    first: dict[uuid.UUID, int] = {}
+    fields = ("channel", "destination", "type", "key", "payload")
+    for i, r in enumerate(rows):
+        j = first.setdefault(r["message_id"], i)
+        if j != i and any(rows[j][f] != r[f] for f in fields):
+            raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
+
+
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     """Write one validated message row (`sql.INSERT_MESSAGE` parameters) in the
     caller's transaction and return its message id.
@@ -62,11 +77,7 @@ def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     """
     inserted, same = conn.execute(sql.INSERT_MESSAGE, row).one()
     if not inserted and same is False:
-        raise InvalidMessageError(
-            "message_id",
-            "already used by a different message (channel, destination, type, key or payload differ); "
-            "an idempotency key must identify one message",
-        )
+        raise InvalidMessageError("message_id", _ID_TAKEN)
     return row["message_id"]
 
 
@@ -216,6 +227,14 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     `max_attempts`, `headers`). Every message is validated before anything is
     written; an invalid one raises `InvalidMessageError` whose field is prefixed
     with its position, e.g. ``messages[3].payload``. Returns the message ids in order.
+
+    Message ids are idempotency keys, as for `enqueue_event`: an id already
+    written with the same message (channel, stream, type, key, payload) is
+    skipped, and so is the same message twice in one call. An id used for a
+    *different* message, earlier or in this call, raises `InvalidMessageError`
+    on ``messages[i].message_id`` (after the statement of its chunk ran: the
+    caller's transaction must not commit, which leaving its `with` block by
+    the exception ensures).
     """
     rows = []
     for i, data in enumerate(messages):
@@ -223,11 +242,15 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
             rows.append(_event_row(data))
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"messages[{i}].{exc.field}", exc.problem) from None
+    _check_repeats(rows)
     for start in range(0, len(rows), BULK_CHUNK):
         chunk = [
             {**r, "i": i, "message_id": str(r["message_id"]),
              "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
             for i, r in enumerate(rows[start:start + BULK_CHUNK])
         ]
-        conn.execute(sql.INSERT_MESSAGES_BULK, {"messages": json.dumps(chunk, ensure_ascii=False)})
+        taken = conn.execute(sql.INSERT_MESSAGES_BULK,
+                             {"messages": json.dumps(chunk, ensure_ascii=False)}).scalars().all()
+        if taken:
+            raise InvalidMessageError(f"messages[{start + taken[0]}].message_id", _ID_TAKEN)
     return [r["message_id"] for r in rows]

@@ -183,8 +183,13 @@ INSERT_MESSAGE = text(
 # pg8000 writes array elements unquoted unless they are exactly "NULL", and
 # PostgreSQL reads an unquoted null in any letter case as SQL NULL, so a key
 # "null" or a payload of JSON null would be lost. `i` keeps the caller's order
-# (seq follows it); a message id given twice in one chunk counts once (its
-# first occurrence), as a repeat in a later call does.
+# (seq follows it); a message id given twice in one chunk counts once (the
+# producer has checked that both are the same message).
+# Returns the `i` of each message whose id an existing message already holds
+# with other content (channel, destination, type, key, payload), as
+# INSERT_MESSAGE's `same`: the caller refuses the call. The check reads the
+# statement's snapshot, so it sees what was there before, not what this
+# statement wrote.
 INSERT_MESSAGES_BULK = text(
     """
     WITH m AS (
@@ -198,13 +203,21 @@ INSERT_MESSAGES_BULK = text(
         SELECT message_id, payload::json, headers::json FROM m ORDER BY i
         ON CONFLICT (message_id) DO NOTHING
         RETURNING seq, message_id
+    ), ins AS (
+        INSERT INTO outbox_message
+            (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at)
+        SELECT b.seq, b.message_id, m.channel, m.destination, m.type, m.key, octet_length(m.payload),
+               m.max_attempts, coalesce(m.deliver_at, now())
+          FROM body b JOIN m ON m.message_id = b.message_id
+         ORDER BY b.seq
     )
-    INSERT INTO outbox_message
-        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at)
-    SELECT b.seq, b.message_id, m.channel, m.destination, m.type, m.key, octet_length(m.payload),
-           m.max_attempts, coalesce(m.deliver_at, now())
-      FROM body b JOIN m ON m.message_id = b.message_id
-     ORDER BY b.seq
+    SELECT m.i
+      FROM m
+      JOIN outbox_message_body b ON b.message_id = m.message_id
+      JOIN outbox_message o ON o.seq = b.seq
+     WHERE NOT (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
+                AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb)
+     ORDER BY m.i
     """
 )
 

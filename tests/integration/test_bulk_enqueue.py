@@ -129,25 +129,54 @@ def test_idempotent_on_message_ids(app_engine, redis_prefix):
     with app_engine.begin() as conn:
         first = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1},
                                                 message_id=i) for i in ids])
-    # The same ids again (a retried request), with different payloads, plus one new message
+    # The same messages again (a retried request), ids as text, plus one new message
     new = uuid.uuid4()
     with app_engine.begin() as conn:
-        again = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 2},
+        again = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1},
                                                 message_id=str(i)) for i in ids + [new]])
     assert first == ids and again == ids + [new]
     rows = stored(app_engine)
-    assert len(rows) == 1201
-    assert [r["payload"] for r in rows[:1200]] == [{"v": 1}] * 1200  # the first write wins
+    assert len(rows) == 1201 and [r["payload"] for r in rows[:1200]] == [{"v": 1}] * 1200
     assert rows[-1]["message_id"] == new
 
 
-def test_a_repeated_id_within_one_call_is_written_once(app_engine, redis_prefix):
+def test_an_id_taken_by_a_different_message_is_refused_by_position(app_engine, redis_prefix):
+    ids = [uuid.uuid4() for _ in range(1200)]
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1}, message_id=i)
+                                   for i in ids])
+    # A call reusing one of them (in its second chunk) for another payload, among new messages
+    batch = [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1}) for _ in range(1500)]
+    batch[1100] = dict(stream=f"{redis_prefix}s", type="t", payload={"v": 2}, message_id=ids[1150])
+    with pytest.raises(InvalidMessageError) as caught:
+        with app_engine.begin() as conn:
+            enqueue_events_bulk(conn, batch)
+    assert caught.value.field == "messages[1100].message_id" and "different message" in str(caught.value)
+    # Then nothing of that call was kept (the exception left the transaction), the first write stands
+    rows = stored(app_engine)
+    assert len(rows) == 1200 and {r["payload"]["v"] for r in rows} == {1}
+    # And a different stream or key under a used id is refused too
+    for change in (dict(stream=f"{redis_prefix}other"), dict(key="k")):
+        with pytest.raises(InvalidMessageError, match="different message"):
+            with app_engine.begin() as conn:
+                enqueue_events_bulk(conn, [{**dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1},
+                                                   message_id=ids[0]), **change}])
+
+
+def test_a_repeated_id_within_one_call_is_written_once(app_engine, redis_prefix, statements):
     mid = uuid.uuid4()
     with app_engine.begin() as conn:
-        ids = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": v}, message_id=mid)
-                                         for v in (1, 2)])
+        ids = enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": 1}, message_id=mid)
+                                         for _ in range(2)])
     assert ids == [mid, mid]
     assert [(r["message_id"], r["payload"]) for r in stored(app_engine)] == [(mid, {"v": 1})]
+    # Two different messages under one id in one call: refused before anything is sent
+    statements.clear()
+    with pytest.raises(InvalidMessageError) as caught:
+        with app_engine.begin() as conn:
+            enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": v}, message_id=m)
+                                       for v, m in ((1, uuid.uuid4()), (2, mid), (3, mid))])
+    assert caught.value.field == "messages[2].message_id" and not inserts(statements)
 
 
 def test_rolled_back_with_the_business_change(app_engine, redis_prefix):
