@@ -24,6 +24,12 @@ class RecordingConnection:
     def one(self):
         return (1, None)  # inserted, nothing to compare
 
+    def scalars(self):
+        return self
+
+    def all(self):
+        return []  # bulk: no message id taken by another message
+
 
 def good(**overrides):
     args = dict(stream="orders", type="order.placed", payload={"id": 1})
