@@ -75,15 +75,15 @@ class ClaimedMessage(NamedTuple):
 
     @classmethod
     def from_row(cls, row: Any) -> "ClaimedMessage":
-        """Build from a row of the claim statement (see `sql.CLAIM`); the
-        message id may come as text or as a UUID (kept as its text)."""
-        (seq, message_id, status, destination, type_, key, payload, headers,
-         attempts, max_attempts, created_at) = row
+        """Build from a row of the claim statement (see `sql.CLAIM`): a first
+        column "seq status attempts max_attempts message_id created_at"
+        (generated values, never with a space), then destination, type, key,
+        payload and headers."""
+        head, destination, type_, key, payload, headers = row
+        seq, status, attempts, max_attempts, message_id, created_at = head.split(" ")
         return _new_claimed(cls, (
-            seq,
-            message_id if message_id.__class__ is str else str(message_id),
-            _STATUS[status],
-            destination, type_, key, payload, headers, attempts, max_attempts, created_at,
+            int(seq), message_id, _STATUS[status], destination, type_, key, payload, headers,
+            int(attempts), int(max_attempts), created_at,
         ))
 
 
