@@ -73,9 +73,13 @@ def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     The message id is an idempotency key: the same message again is a no-op.
     Raises `InvalidMessageError` on field `message_id` when the id is already
     taken by a *different* message (another channel, destination, type, key or
-    payload), which would otherwise be dropped silently.
+    payload), which would otherwise be dropped silently, also when another
+    transaction wrote it at the same time (one more statement, only then).
     """
     inserted, same = conn.execute(sql.INSERT_MESSAGE, row).one()
+    if not inserted and same is None:
+        # Written by a transaction that committed while this one waited: look again.
+        same = conn.execute(sql.SAME_MESSAGE, row).scalar()
     if not inserted and same is False:
         raise InvalidMessageError("message_id", _ID_TAKEN)
     return row["message_id"]
@@ -249,8 +253,14 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
              "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
             for i, r in enumerate(rows[start:start + BULK_CHUNK])
         ]
-        taken = conn.execute(sql.INSERT_MESSAGES_BULK,
-                             {"messages": json.dumps(chunk, ensure_ascii=False)}).scalars().all()
+        skipped = conn.execute(sql.INSERT_MESSAGES_BULK,
+                               {"messages": json.dumps(chunk, ensure_ascii=False)}).all()
+        taken = [i for i, same in skipped if same is False]
+        unseen = [chunk[i] for i, same in skipped if same is None]
+        if unseen and not taken:
+            # Ids written by a transaction that committed while this one waited: look again.
+            taken = conn.execute(sql.SAME_MESSAGES,
+                                 {"messages": json.dumps(unseen, ensure_ascii=False)}).scalars().all()
         if taken:
-            raise InvalidMessageError(f"messages[{start + taken[0]}].message_id", _ID_TAKEN)
+            raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
     return [r["message_id"] for r in rows]

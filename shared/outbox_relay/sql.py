@@ -158,8 +158,12 @@ RECORD_OUTCOMES = text(
 # a row was inserted and, when the id was already taken, whether the stored
 # message is the same one (channel, destination, type, key, payload): a
 # repeat is a no-op, a different message under the same id is refused by the
-# caller. (The check reads the statement's snapshot; a row committed
-# concurrently by another transaction is not compared: NULL.)
+# caller. The check reads the statement's snapshot: when another transaction
+# wrote the id concurrently (this INSERT waited for it to commit), the row is
+# not visible to it and `same` is NULL; the caller then compares again with
+# SAME_MESSAGE, a new statement that sees it (READ COMMITTED; at REPEATABLE
+# READ or SERIALIZABLE PostgreSQL refuses such an INSERT with a serialization
+# failure instead).
 INSERT_MESSAGE = text(
     """
     WITH body AS (
@@ -185,6 +189,17 @@ INSERT_MESSAGE = text(
     """
 )
 
+# Whether the message stored under :message_id is this one (NULL when none is).
+SAME_MESSAGE = text(
+    """
+    SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
+           AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
+           AND b.payload::jsonb = CAST(:payload AS jsonb)
+      FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
+     WHERE b.message_id = CAST(:message_id AS uuid)
+    """
+)
+
 # Bulk enqueue: one statement per chunk. The chunk travels as one JSON array
 # of objects (`producer.enqueue_events_bulk`), not as parallel text[] arrays:
 # pg8000 writes array elements unquoted unless they are exactly "NULL", and
@@ -192,11 +207,12 @@ INSERT_MESSAGE = text(
 # "null" or a payload of JSON null would be lost. `i` keeps the caller's order
 # (seq follows it); a message id given twice in one chunk counts once (the
 # producer has checked that both are the same message).
-# Returns the `i` of each message whose id an existing message already holds
-# with other content (channel, destination, type, key, payload), as
-# INSERT_MESSAGE's `same`: the caller refuses the call. The check reads the
-# statement's snapshot, so it sees what was there before, not what this
-# statement wrote.
+# Returns `(i, same)` for each message this statement did not write: same is
+# false when an existing message holds its id with other content (channel,
+# destination, type, key, payload), and the caller refuses the call; NULL when
+# the holder is not visible (written by a transaction that committed while
+# this statement waited; see INSERT_MESSAGE), and the caller compares again
+# with SAME_MESSAGES. Repeats of the same message return nothing.
 INSERT_MESSAGES_BULK = text(
     """
     WITH m AS (
@@ -218,8 +234,25 @@ INSERT_MESSAGES_BULK = text(
           FROM body b JOIN m ON m.message_id = b.message_id
          ORDER BY b.seq
     )
-    SELECT m.i
+    SELECT m.i, (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
+                 AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb) AS same
       FROM m
+      LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
+      LEFT JOIN outbox_message o ON o.seq = b.seq
+     WHERE m.message_id NOT IN (SELECT message_id FROM body)
+       AND (b.seq IS NULL OR NOT (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
+                                  AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb))
+     ORDER BY m.i
+    """
+)
+
+# The messages of a bulk chunk (same JSON as INSERT_MESSAGES_BULK) whose id is
+# held by a different message, by `i`: the second look after a concurrent writer.
+SAME_MESSAGES = text(
+    """
+    SELECT m.i
+      FROM json_to_recordset(CAST(:messages AS json))
+           AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
       JOIN outbox_message_body b ON b.message_id = m.message_id
       JOIN outbox_message o ON o.seq = b.seq
      WHERE NOT (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
