@@ -154,6 +154,26 @@ RECORD_OUTCOMES = text(
     """
 )
 
+def _same_message(channel: str, destination: str, type_: str, key: str, payload_jsonb: str) -> str:
+    """SQL that is true when the stored message (`o` in outbox_message, its body
+    `b`) is the given one: the one definition of "the same message" for every
+    idempotency check (payloads compared as JSON values, not as text)."""
+    return (f"o.channel = {channel} AND o.destination = {destination} AND o.type = {type_} "
+            f"AND o.key IS NOT DISTINCT FROM {key} AND b.payload::jsonb = {payload_jsonb}")
+
+
+# Whether the message stored under :message_id is the one in the parameters
+# (no row when the id holds no message).
+_SAME_MESSAGE_SQL = f"""
+    SELECT {_same_message(":channel", ":destination", ":type", "CAST(:key AS text)", "CAST(:payload AS jsonb)")}
+      FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
+     WHERE b.message_id = CAST(:message_id AS uuid)
+"""
+SAME_MESSAGE = text(_SAME_MESSAGE_SQL)
+
+# The same for messages given as a JSON array of objects (a bulk chunk).
+_SAME_AS_M = _same_message("m.channel", "m.destination", "m.type", "m.key", "m.payload::jsonb")
+
 # Enqueue one message; the message id is the idempotency key. Returns whether
 # a row was inserted and, when the id was already taken, whether the stored
 # message is the same one (channel, destination, type, key, payload): a
@@ -165,7 +185,7 @@ RECORD_OUTCOMES = text(
 # READ or SERIALIZABLE PostgreSQL refuses such an INSERT with a serialization
 # failure instead).
 INSERT_MESSAGE = text(
-    """
+    f"""
     WITH body AS (
         INSERT INTO outbox_message_body (message_id, payload, headers)
         VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json))
@@ -180,23 +200,7 @@ INSERT_MESSAGE = text(
           FROM body
         RETURNING seq
     )
-    SELECT (SELECT count(*) FROM ins) AS inserted,
-           (SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
-                   AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
-                   AND b.payload::jsonb = CAST(:payload AS jsonb)
-              FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
-             WHERE b.message_id = CAST(:message_id AS uuid)) AS same
-    """
-)
-
-# Whether the message stored under :message_id is this one (NULL when none is).
-SAME_MESSAGE = text(
-    """
-    SELECT o.channel = :channel AND o.destination = :destination AND o.type = :type
-           AND o.key IS NOT DISTINCT FROM CAST(:key AS text)
-           AND b.payload::jsonb = CAST(:payload AS jsonb)
-      FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
-     WHERE b.message_id = CAST(:message_id AS uuid)
+    SELECT (SELECT count(*) FROM ins) AS inserted, ({_SAME_MESSAGE_SQL}) AS same
     """
 )
 
@@ -207,14 +211,14 @@ SAME_MESSAGE = text(
 # "null" or a payload of JSON null would be lost. `i` keeps the caller's order
 # (seq follows it); a message id given twice in one chunk counts once (the
 # producer has checked that both are the same message).
-# Returns `(i, same)` for each message this statement did not write: same is
-# false when an existing message holds its id with other content (channel,
-# destination, type, key, payload), and the caller refuses the call; NULL when
+# Returns `(i, same)` for each message this statement did not write and that
+# is not a repeat of the stored one: same is false when an existing message
+# holds its id with other content, and the caller refuses the call; NULL when
 # the holder is not visible (written by a transaction that committed while
 # this statement waited; see INSERT_MESSAGE), and the caller compares again
-# with SAME_MESSAGES. Repeats of the same message return nothing.
+# with SAME_MESSAGES.
 INSERT_MESSAGES_BULK = text(
-    """
+    f"""
     WITH m AS (
         SELECT DISTINCT ON (message_id) *
           FROM json_to_recordset(CAST(:messages AS json))
@@ -234,29 +238,28 @@ INSERT_MESSAGES_BULK = text(
           FROM body b JOIN m ON m.message_id = b.message_id
          ORDER BY b.seq
     )
-    SELECT m.i, (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
-                 AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb) AS same
-      FROM m
-      LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
-      LEFT JOIN outbox_message o ON o.seq = b.seq
-     WHERE m.message_id NOT IN (SELECT message_id FROM body)
-       AND (b.seq IS NULL OR NOT (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
-                                  AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb))
-     ORDER BY m.i
+    SELECT i, same FROM (
+        SELECT m.i, CASE WHEN o.seq IS NOT NULL THEN {_SAME_AS_M} END AS same
+          FROM m
+          LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
+          LEFT JOIN outbox_message o ON o.seq = b.seq
+         WHERE m.message_id NOT IN (SELECT message_id FROM body)
+    ) skipped
+     WHERE same IS NOT TRUE
+     ORDER BY i
     """
 )
 
 # The messages of a bulk chunk (same JSON as INSERT_MESSAGES_BULK) whose id is
 # held by a different message, by `i`: the second look after a concurrent writer.
 SAME_MESSAGES = text(
-    """
+    f"""
     SELECT m.i
       FROM json_to_recordset(CAST(:messages AS json))
            AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
       JOIN outbox_message_body b ON b.message_id = m.message_id
       JOIN outbox_message o ON o.seq = b.seq
-     WHERE NOT (o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
-                AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb)
+     WHERE NOT ({_SAME_AS_M})
      ORDER BY m.i
     """
 )

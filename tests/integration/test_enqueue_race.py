@@ -87,9 +87,10 @@ def test_enqueue_events_bulk_compares_with_messages_committed_while_it_waited(da
                                                                               second_payload, refused):
     mid = uuid.uuid4()
     stream = redis_prefix + "orders"
-    first = [dict(stream=stream, type="t", payload={"v": 1}, message_id=mid)]
+    # with a key: a comparison with a holder it cannot see must not read as "different"
+    first = [dict(stream=stream, type="t", payload={"v": 1}, key="k", message_id=mid)]
     second = [dict(stream=stream, type="t", payload={"v": 0}),
-              dict(stream=stream, type="t", payload=second_payload, message_id=mid)]
+              dict(stream=stream, type="t", payload=second_payload, key="k", message_id=mid)]
     out = race(database_url, lambda c: enqueue_events_bulk(c, first), lambda c: enqueue_events_bulk(c, second))
     if refused:
         assert isinstance(out.get("error"), InvalidMessageError) and out["error"].field == "messages[1].message_id"
