@@ -142,6 +142,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
         connect_args=connect_args,
     )
     event.listen(engine, "connect", _set_no_delay)
+    memoize_paramstyle_conversion()
 
     if settings.database_iam_auth:
         provider = token_provider or iam_token
@@ -189,6 +190,51 @@ def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError as exc:
         log.warning("could not set TCP_NODELAY on the database connection", extra={"error_class": type(exc).__name__})
+
+
+def memoize_paramstyle_conversion() -> None:
+    """Make pg8000 convert each distinct statement text's placeholders once per process.
+
+    pg8000 rewrites a statement's `%s` placeholders (SQLAlchemy's `format`
+    paramstyle for pg8000) into `$1, $2, …` on every execute, with a scanner
+    that reads the text one character at a time in Python (pg8000.dbapi,
+    `convert_paramstyle`): 0.7 ms for the claim's 3,000 characters and 1.3 ms
+    per invocation on the bench machine, whatever the batch size. For the
+    `format` style the rewritten text depends on the text only (the
+    parameters pass through unchanged), so it is kept in a dictionary keyed
+    by the text, up to `_PARAMSTYLE_CACHE_SIZE` statements (the relay has a
+    handful; beyond that new texts are converted every time, as before).
+    Other paramstyles go straight to pg8000. pg8000 looks the function up in
+    its `legacy` module at each execute; if a pg8000 release moves it, this
+    does nothing and statements are converted as before. Idempotent.
+    """
+    try:
+        import pg8000.legacy as legacy
+    except ImportError:  # pragma: no cover - pg8000 is a dependency
+        return
+    original = getattr(legacy, "convert_paramstyle", None)
+    if original is None or getattr(original, "outbox_memoized", False):
+        return
+    cache: dict[str, str] = {}
+
+    def convert_paramstyle(style: str, query: str, args: Any) -> tuple[str, Any]:
+        if style != "format":
+            return original(style, query, args)
+        statement = cache.get(query)
+        if statement is None:
+            statement, vals = original(style, query, args)
+            if len(cache) < _PARAMSTYLE_CACHE_SIZE:
+                cache[query] = statement
+            return statement, vals
+        return statement, args
+
+    convert_paramstyle.outbox_memoized = True  # type: ignore[attr-defined]
+    convert_paramstyle.original = original  # type: ignore[attr-defined]
+    convert_paramstyle.cache = cache  # type: ignore[attr-defined]
+    legacy.convert_paramstyle = convert_paramstyle
+
+
+_PARAMSTYLE_CACHE_SIZE = 256
 
 
 def _cparams(url: URL) -> dict[str, Any]:
