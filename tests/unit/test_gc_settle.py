@@ -1,0 +1,46 @@
+"""The collector is tuned once per container, after the dependencies are built (runtime.settle_gc).
+
+Run in a fresh interpreter: the tuning is process-wide and happens once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+SCRIPT = r"""
+import gc, json
+calls = []
+real_freeze = gc.freeze
+gc.freeze = lambda: (calls.append(1), real_freeze())
+from outbox_relay import runtime
+before = gc.get_threshold()
+deps = runtime.get_dependencies()
+frozen = gc.get_freeze_count()
+runtime.reset()
+runtime.get_dependencies()  # a second container build in the same process: no second freeze
+print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": frozen, "freezes": len(calls),
+                  "young": runtime.GC_YOUNG_THRESHOLD}))
+"""
+
+
+def test_dependencies_freeze_the_init_objects_and_raise_the_young_threshold_once() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env.update({
+        "OUTBOX_CHANNEL": "redis",
+        # nothing connects while the dependencies are built
+        "DATABASE_URL": "postgresql+pg8000://nobody@127.0.0.1:1/none",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    })
+    env.pop("DATABASE_SECRET_ARN", None)
+    env.pop("REDIS_URL_SECRET_ARN", None)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"][0] == 700  # CPython's default, untouched until the container is built
+    assert got["after"] == [got["young"], got["before"][1], got["before"][2]]
+    assert got["frozen"] > 10_000  # modules, clients and engine moved out of the collector's way
+    assert got["freezes"] == 1
