@@ -74,9 +74,9 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, policy: RelayPol
     throttled → RELEASE (refund) after `retry_after_seconds` or the throttle
     delay; downstream unavailable, configuration, not attempted → RELEASE (refund).
     """
-    if result.ok:
-        return Outcome(result.seq, OutcomeKind.DELIVERED, delivery_ref=result.delivery_ref)
     cls = result.error_class
+    if cls is None:
+        return Outcome.delivered(result.seq, result.delivery_ref)
     if cls is ErrorClass.PERMANENT:
         return Outcome(result.seq, OutcomeKind.DEAD, cls, result.error)
     if cls is ErrorClass.TRANSIENT:

@@ -33,3 +33,14 @@ def test_outcome_table(result, kind, delay):
     assert outcome.kind is kind
     assert outcome.delay_seconds == delay
     assert outcome.error_class is result.error_class
+
+
+def test_positional_constructors_build_the_same_tuples_as_the_keyword_ones():
+    from outbox_relay.models import Outcome
+
+    assert DeliveryResult.delivered(7, "1-0") == DeliveryResult(7, delivery_ref="1-0")
+    assert type(DeliveryResult.delivered(7, "1-0")) is DeliveryResult
+    assert DeliveryResult.delivered(7, "1-0").ok
+    assert Outcome.delivered(7, "1-0") == Outcome(7, OutcomeKind.DELIVERED, delivery_ref="1-0")
+    assert type(Outcome.delivered(7, None)) is Outcome
+    assert to_outcome(DeliveryResult(7, delivery_ref="9-1"), MSG, POLICY) == Outcome.delivered(7, "9-1")

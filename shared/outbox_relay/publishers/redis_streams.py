@@ -267,10 +267,11 @@ class RedisStreamsPublisher:
                                    error=f"redis: script replied {len(lines)} results for {len(batch)} messages")
                     for m in batch]
         out = []
+        delivered = DeliveryResult.delivered
         for m, value in zip(batch, lines):
             if value.startswith("!"):
                 text = value[1:]
                 out.append(DeliveryResult(m.seq, error_class=classify_reply_error(text), error=f"redis: {text}"))
             else:
-                out.append(DeliveryResult(m.seq, delivery_ref=value.lstrip("=")))
+                out.append(delivered(m.seq, value.lstrip("=")))
         return out
