@@ -68,8 +68,11 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     owner = lease_token(getattr(context, "aws_request_id", "local"))
 
     summary = run_batch(deps.store, deps.publisher, deps.policy, deadline, owner)
-    oldest = deps.store.oldest_pending_age_seconds()
     result = summary.as_dict()
+    # Read by the batch's last outcome write; its own statement only when nothing was recorded.
+    oldest = result.pop("oldest_pending_age_seconds")
+    if oldest is None:
+        oldest = deps.store.oldest_pending_age_seconds()
     result["oldest_pending_age_seconds"] = round(oldest, 3)
 
     obs.ensure_namespace()

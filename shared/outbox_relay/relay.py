@@ -54,6 +54,8 @@ class Summary:
     lease_owner: str | None = None
     duration_ms: float = 0.0
     error_classes: dict[str, int] = field(default_factory=dict)
+    #: From the batch's last outcome write (seconds); None when nothing was recorded.
+    oldest_pending_age_seconds: float | None = None
 
     def add(self, r: RecordResult) -> None:
         self.delivered += r.delivered
@@ -61,6 +63,8 @@ class Summary:
         self.dead += r.dead
         self.released += r.released
         self.lease_lost += r.lease_lost
+        if r.oldest_pending_age_seconds is not None:
+            self.oldest_pending_age_seconds = r.oldest_pending_age_seconds
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -107,8 +107,14 @@ CLAIM = text(
 # database's view of attempts. A release refunds the claim's attempt.
 # Fenced: a row changes only while `status = 'leased' AND lease_owner = :owner`.
 # Rows not matched (lease lost: taken over, or redriven) are not touched.
-# Returns one row: counts delivered, retried, dead, released, and the seqs
-# whose lease was lost (NULL when none). The rows are reached through the
+# Returns one row: counts delivered, retried, dead, released, the seqs
+# whose lease was lost (NULL when none), and the channel's oldest pending age
+# in seconds, as OLDEST_PENDING_AGE computes it: the invocation's metric comes
+# with its last outcome write instead of costing a statement of its own (three
+# protocol round trips with pg8000, 1.5 ms on the bench machine). Every part of
+# one statement reads the same snapshot, taken before this write: messages it
+# makes pending again are not counted, and they could not be the oldest due
+# one anyway (a release is due at now(), a retry later). The rows are reached through the
 # primary key (`seq = ANY(:seqs)`) and joined to the values once.
 RECORD_OUTCOMES = text(
     """
@@ -149,7 +155,10 @@ RECORD_OUTCOMES = text(
            count(*) FILTER (WHERE status = 'pending' AND kind <> 'release'),
            count(*) FILTER (WHERE status = 'dead'),
            count(*) FILTER (WHERE status = 'pending' AND kind = 'release'),
-           (SELECT array_agg(v.seq ORDER BY v.seq) FROM v WHERE v.seq NOT IN (SELECT seq FROM done))
+           (SELECT array_agg(v.seq ORDER BY v.seq) FROM v WHERE v.seq NOT IN (SELECT seq FROM done)),
+           (SELECT coalesce(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
+              FROM outbox_message
+             WHERE status = 'pending' AND channel = :channel AND available_at <= now())
       FROM done
     """
 )

@@ -36,6 +36,9 @@ class RecordResult:
     released: int = 0
     lease_lost: int = 0
     lost_seqs: tuple[int, ...] = ()
+    #: Age in seconds of the channel's oldest due pending message (0 when none),
+    #: read by the same statement; None when no statement ran.
+    oldest_pending_age_seconds: float | None = None
 
 
 class LeaseStore:
@@ -87,13 +90,16 @@ class LeaseStore:
 
         Fenced: a row is changed only while `status = 'leased' AND lease_owner
         = owner`; others are counted in `lease_lost` and left as they are.
-        Error texts are truncated to `error_max_chars`.
+        Error texts are truncated to `error_max_chars`. The same statement
+        reads the channel's oldest pending age (seconds, as
+        `oldest_pending_age_seconds` gives it, before this write).
         """
         if not outcomes:
             return RecordResult()
         cap = self.error_max_chars
         params = {
             "owner": owner,
+            "channel": self.channel.value,
             "default_max_attempts": self.default_max_attempts,
             "seqs": array_literal([o.seq for o in outcomes]),
             "kinds": array_literal([o.kind.value for o in outcomes]),
@@ -107,9 +113,9 @@ class LeaseStore:
         def work(conn):
             return conn.execute(sql.RECORD_OUTCOMES, params).one()
 
-        delivered, retried, dead, released, lost = run_with_retry(self.engine, work)
+        delivered, retried, dead, released, lost, oldest = run_with_retry(self.engine, work)
         lost_seqs = tuple(lost or ())
-        return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs)
+        return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs, float(oldest))
 
     def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
                 error_class=None, error: str | None = None) -> RecordResult:

@@ -125,3 +125,52 @@ def test_a_short_context_releases_and_starts_nothing(handler, app_engine, redis_
     summary = handler(event("relay-redis-scheduler.json"), LocalContext(4))  # margin is 5 s
     assert summary["claimed"] == 0 and "deadline" in summary["skipped"]
     assert redis_client.exists(redis_prefix + "orders") == 0
+
+
+def test_oldest_pending_age_comes_with_the_outcome_write_and_alone_when_nothing_was_recorded(
+        handler, app_engine, redis_client, redis_prefix, monkeypatch):
+    from sqlalchemy import event as sa_event
+
+    monkeypatch.setenv("OUTBOX_BATCH_SIZE", "1")
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream=redis_prefix + "orders", type="t", payload={"n": i}) for i in range(3)])
+        # due 300 s, 120 s and 0 s ago (the database's clock)
+        for offset, seconds in ((0, 300), (1, 120), (2, 0)):
+            conn.execute(text("UPDATE outbox_message SET available_at = now() - make_interval(secs => :s) "
+                              "WHERE seq = (SELECT seq FROM outbox_message ORDER BY seq OFFSET :k LIMIT 1)"),
+                         {"s": seconds, "k": offset})
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args):  # noqa: ANN001
+        statements.append(statement)
+
+    handler(event("relay-redis-scheduler.json"), LocalContext(60))  # cold start outside the count
+    engine = runtime.get_engine()
+    sa_event.listen(engine, "before_cursor_execute", count)
+    try:
+        # The 120 s one is delivered; the oldest due left is the one due now: age about 0
+        second = handler(event("relay-redis-scheduler.json"), LocalContext(60))
+        assert second["delivered"] == 1 and 0 <= second["oldest_pending_age_seconds"] < 30
+        assert len(statements) == 2  # claim; outcomes with the age
+        statements.clear()
+        third = handler(event("relay-redis-scheduler.json"), LocalContext(60))
+        assert third["delivered"] == 1 and third["oldest_pending_age_seconds"] == 0
+        statements.clear()
+        # Nothing left to claim: the age has its own statement
+        fourth = handler(event("relay-redis-scheduler.json"), LocalContext(60))
+        assert fourth["claimed"] == 0 and fourth["oldest_pending_age_seconds"] == 0
+        assert len(statements) == 2  # claim; age
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", count)
+    assert redis_client.xlen(redis_prefix + "orders") == 3
+
+
+def test_the_age_read_with_the_outcomes_is_the_oldest_due_message_left(handler, app_engine, redis_prefix,
+                                                                       monkeypatch):
+    monkeypatch.setenv("OUTBOX_BATCH_SIZE", "1")
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream=redis_prefix + "orders", type="t", payload={"n": i}) for i in range(2)])
+        conn.execute(text("UPDATE outbox_message SET available_at = now() - make_interval(secs => 600 - seq)"))
+    summary = handler(event("relay-redis-scheduler.json"), LocalContext(60))
+    # the first (due 599 s ago) was delivered; the second, due 598 s ago, is left
+    assert summary["delivered"] == 1 and 590 <= summary["oldest_pending_age_seconds"] < 640
