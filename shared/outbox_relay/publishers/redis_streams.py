@@ -103,10 +103,16 @@ _PERMANENT_PREFIXES = ("WRONGTYPE",)
 
 def dedupe_key(stream: str, message_id: str) -> str:
     """The dedupe key of `message_id` on `stream`, in the stream's hash slot."""
+    return dedupe_prefix(stream) + message_id
+
+
+def dedupe_prefix(stream: str) -> str:
+    """What every dedupe key of `stream` starts with: `{stream}:outbox-dedupe:`,
+    or `stream:outbox-dedupe:` when the name already carries a hash tag."""
     start = stream.find("{")
     if start != -1 and stream.find("}", start + 2) != -1:
-        return f"{stream}:outbox-dedupe:{message_id}"
-    return f"{{{stream}}}:outbox-dedupe:{message_id}"
+        return f"{stream}:outbox-dedupe:"
+    return f"{{{stream}}}:outbox-dedupe:"
 
 
 def classify_reply_error(text: str) -> ErrorClass:
@@ -220,13 +226,14 @@ class RedisStreamsPublisher:
         head = [str(self.maxlen), str(self.dedupe_ttl_ms)]
         join = "\0".join
         for stream, group in by_stream.items():
+            prefix = dedupe_prefix(stream)
             for start in range(0, len(group), SCRIPT_CHUNK):
                 batch = group[start:start + SCRIPT_CHUNK]
                 keys = [stream]
                 args = list(head)
                 for m in batch:
                     mid = m.message_id
-                    keys.append(dedupe_key(stream, mid))
+                    keys.append(prefix + mid)
                     args.append(join((mid, m.type, m.key or "", m.payload_json, m.created_at, m.headers_json or "")))
                 calls.append(([len(keys), *keys, *args], batch))
         return calls
