@@ -211,12 +211,20 @@ def stats(as_json: bool) -> None:
 
 @main.command()
 @click.option("--keep", is_flag=True, help="Keep the demo's database and streams afterwards.")
-def demo(keep: bool) -> None:
+@click.option("--database-name", default="outbox_demo", show_default=True,
+              help="The demo's own database (dropped and created again, dropped after).")
+@click.option("--prefix", default="demo.", show_default=True,
+              help="Redis key prefix of the demo's streams (keys under it are deleted).")
+def demo(keep: bool, database_name: str, prefix: str) -> None:
     """Run the whole flow on defaults: migrate, a sample app writing orders and
     their events in one transaction, relay invocations until drained, a report."""
-    from .demo import run_demo
+    from .demo import check_names, run_demo
 
-    sys.exit(run_demo(keep=keep, echo=click.echo))
+    try:
+        check_names(database_name, prefix)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    sys.exit(run_demo(keep=keep, echo=click.echo, database_name=database_name, prefix=prefix))
 
 
 def _register_commands() -> None:

@@ -22,11 +22,21 @@ from .producer import enqueue_event
 
 DEMO_DB = "outbox_demo"
 PREFIX = "demo."
-STREAMS = ("demo.orders", "demo.payments", "demo.shipments")
-BROKEN_STREAM = "demo.audit"  # made a plain string key, so XADD fails: a permanent failure
+STREAM_NAMES = ("orders", "payments", "shipments")
+BROKEN_NAME = "audit"  # made a plain string key, so XADD fails: a permanent failure
 
 
-def _sample_app(engine, echo: Callable[[str], None]) -> int:
+def check_names(database_name: str, prefix: str) -> None:
+    """Refuse a database name other than letters, digits and underscores, and a
+    Redis prefix that is empty or holds a glob character (the demo deletes the
+    keys matching it). Raises ValueError naming the option."""
+    if not database_name or not database_name.replace("_", "").isalnum():
+        raise ValueError(f"--database-name must be letters, digits and underscores: {database_name!r}")
+    if not prefix or any(c in prefix for c in "*?[]{}"):
+        raise ValueError(f"--prefix must be non-empty and free of glob characters and braces: {prefix!r}")
+
+
+def _sample_app(engine, echo: Callable[[str], None], prefix: str) -> int:
     """Place orders: each transaction writes an order row and its events together."""
     with engine.begin() as conn:
         conn.execute(text("""CREATE TABLE IF NOT EXISTS demo_order (
@@ -43,9 +53,9 @@ def _sample_app(engine, echo: Callable[[str], None]) -> int:
             order_id = uuid.uuid4()
             conn.execute(text("INSERT INTO demo_order (id, customer, total) VALUES (:i, :c, :t)"),
                          {"i": order_id, "c": customer, "t": total})
-            enqueue_event(conn, stream="demo.orders", type="order.placed", key=str(order_id),
+            enqueue_event(conn, stream=prefix + "orders", type="order.placed", key=str(order_id),
                           payload={"order_id": str(order_id), "total": str(total), "detail": detail})
-            enqueue_event(conn, stream="demo.payments", type="payment.requested", key=str(order_id),
+            enqueue_event(conn, stream=prefix + "payments", type="payment.requested", key=str(order_id),
                           payload={"order_id": str(order_id), "amount": {"value": str(total), "currency": "EUR"}})
             written += 2
     # A transaction that fails after writing: neither the order nor its event survive.
@@ -54,40 +64,45 @@ def _sample_app(engine, echo: Callable[[str], None]) -> int:
             order_id = uuid.uuid4()
             conn.execute(text("INSERT INTO demo_order (id, customer, total) VALUES (:i, 'Rolled Back', 1)"),
                          {"i": order_id})
-            enqueue_event(conn, stream="demo.orders", type="order.placed", payload={"order_id": str(order_id)})
+            enqueue_event(conn, stream=prefix + "orders", type="order.placed", payload={"order_id": str(order_id)})
             raise RuntimeError("payment provider said no; the whole transaction rolls back")
     except RuntimeError:
         echo("  one order transaction rolled back: its event was never enqueued")
     # A realistic mix: several streams, nested JSON, Unicode, one permanent failure.
     with engine.begin() as conn:
         for i in range(20):
-            enqueue_event(conn, stream="demo.shipments", type="shipment.updated", key=f"parcel-{i % 4}",
+            enqueue_event(conn, stream=prefix + "shipments", type="shipment.updated", key=f"parcel-{i % 4}",
                           payload={"parcel": f"parcel-{i % 4}", "step": i, "where": {"city": "Zürich", "hub": "北"}})
             written += 1
-        enqueue_event(conn, stream=BROKEN_STREAM, type="audit.logged", payload={"who": "demo"})
+        enqueue_event(conn, stream=prefix + BROKEN_NAME, type="audit.logged", payload={"who": "demo"})
         written += 1
     return written
 
 
-def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
-    """Run the demo; returns a process exit code (0 when everything went as expected)."""
+def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print,
+             database_name: str = DEMO_DB, prefix: str = PREFIX) -> int:
+    """Run the demo in the database `database_name` (dropped and created again)
+    with every Redis key under `prefix`; returns a process exit code (0 when
+    everything went as expected). Raises ValueError for an unusable name."""
+    check_names(database_name, prefix)
+    streams = tuple(prefix + name for name in STREAM_NAMES)
     servers = find_servers()
     echo(f"PostgreSQL: {servers.database_source}; Redis: {servers.redis_source}")
     import redis as redis_lib
 
     admin_url = servers.database_url
-    db_url = with_database(admin_url, DEMO_DB)
+    db_url = with_database(admin_url, database_name)
     try:
-        drop_database(admin_url, DEMO_DB)
-        create_database(admin_url, DEMO_DB)
+        drop_database(admin_url, database_name)
+        create_database(admin_url, database_name)
         engine = create_engine(db_url, poolclass=NullPool)
         upgrade(engine)
         echo("migrated: outbox_message is ready")
         r = redis_lib.Redis.from_url(servers.redis_url, decode_responses=True)
-        _clear_redis(r)
-        r.set(BROKEN_STREAM, "not a stream")  # XADD to this key fails with WRONGTYPE
+        _clear_redis(r, prefix)
+        r.set(prefix + BROKEN_NAME, "not a stream")  # XADD to this key fails with WRONGTYPE
 
-        written = _sample_app(engine, echo)
+        written = _sample_app(engine, echo, prefix)
         echo(f"enqueued {written} events in application transactions")
 
         totals = {"claimed": 0, "delivered": 0, "retried": 0, "dead": 0, "released": 0}
@@ -112,7 +127,7 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         echo(f"relay: {invocations} invocations, " + ", ".join(f"{k} {v}" for k, v in totals.items()))
 
         echo("\nWhat reached Redis:")
-        for stream in STREAMS:
+        for stream in streams:
             entries = r.xrange(stream)
             echo(f"  {stream}: {len(entries)} entries")
             for entry_id, fields in entries[:2]:
@@ -137,18 +152,18 @@ def run_demo(*, keep: bool = False, echo: Callable[[str], None] = print) -> int:
         echo("demo OK" if ok else "demo FAILED: the figures above are not what was expected")
         engine.dispose()
         if not keep:
-            _clear_redis(r)
+            _clear_redis(r, prefix)
         return 0 if ok else 1
     finally:
         if not keep:
             try:
-                drop_database(admin_url, DEMO_DB)
+                drop_database(admin_url, database_name)
             except Exception:
                 pass
         servers.close()
 
 
-def _clear_redis(r) -> None:
-    keys = list(r.scan_iter(match=f"{PREFIX}*")) + list(r.scan_iter(match=f"{{{PREFIX}*"))
+def _clear_redis(r, prefix: str) -> None:
+    keys = list(r.scan_iter(match=f"{prefix}*")) + list(r.scan_iter(match=f"{{{prefix}*"))
     if keys:
         r.delete(*keys)

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+import redis as redis_lib
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from outbox_relay.local import project_root
 
@@ -84,8 +86,26 @@ def test_relay_reports_a_configuration_error_by_name(cli_env):
     assert proc.returncode != 0 and "OUTBOX_BATCH_SIZE" in proc.stderr
 
 
-def test_demo_runs_end_to_end(servers):
+def test_demo_runs_end_to_end(servers, redis_prefix):
+    # Its own database and key prefix: two test runs on one machine must not share the demo's.
+    database = f"outbox_demo_test_{os.getpid()}_{redis_prefix.strip('.')}"
     env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
-    proc = outbox("demo", env=env, check=False)
+    proc = outbox("demo", "--database-name", database, "--prefix", redis_prefix, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo OK" in proc.stdout and "Dead letters:" in proc.stdout
+    assert f"{redis_prefix}orders:" in proc.stdout
+    # Cleaned up: its database is gone and no key under its prefix is left
+    admin = create_engine(servers.database_url, poolclass=NullPool)
+    with admin.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM pg_database WHERE datname = :d"), {"d": database}).scalar() == 0
+    admin.dispose()
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    assert not list(client.scan_iter(match=f"{redis_prefix}*")) and not list(client.scan_iter(match=f"{{{redis_prefix}*"))
+    client.close()
+
+
+def test_demo_refuses_unusable_names_by_option(servers):
+    env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
+    for args, fragment in ((("--database-name", "x; DROP"), "--database-name"), (("--prefix", "*"), "--prefix")):
+        proc = outbox("demo", *args, env=env, check=False)
+        assert proc.returncode != 0 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
