@@ -202,11 +202,18 @@ def memoize_paramstyle_conversion() -> None:
     per invocation on the bench machine, whatever the batch size. For the
     `format` style the rewritten text depends on the text only (the
     parameters pass through unchanged), so it is kept in a dictionary keyed
-    by the text, up to `_PARAMSTYLE_CACHE_SIZE` statements (the relay has a
-    handful; beyond that new texts are converted every time, as before).
-    Other paramstyles go straight to pg8000. pg8000 looks the function up in
-    its `legacy` module at each execute; if a pg8000 release moves it, this
-    does nothing and statements are converted as before. Idempotent.
+    by the text. The relay has a handful of statements; texts longer than
+    `_PARAMSTYLE_CACHE_MAX_CHARS` are not kept, and when
+    `_PARAMSTYLE_CACHE_SIZE` texts are kept the dictionary starts again
+    empty, so a process that also runs SQL built at run time (an `IN` list of
+    varying length) holds at most about 1 MB of it and the relay's own
+    statements come back on their next use. Other paramstyles go straight to
+    pg8000.
+
+    This replaces `pg8000.legacy.convert_paramstyle` for the whole process
+    (every pg8000 connection, not only the relay's engine); pg8000 looks the
+    function up in that module at each execute. If a pg8000 release moves
+    it, this does nothing and statements are converted as before. Idempotent.
     """
     try:
         import pg8000.legacy as legacy
@@ -223,7 +230,9 @@ def memoize_paramstyle_conversion() -> None:
         statement = cache.get(query)
         if statement is None:
             statement, vals = original(style, query, args)
-            if len(cache) < _PARAMSTYLE_CACHE_SIZE:
+            if len(query) <= _PARAMSTYLE_CACHE_MAX_CHARS:
+                if len(cache) >= _PARAMSTYLE_CACHE_SIZE:
+                    cache.clear()
                 cache[query] = statement
             return statement, vals
         return statement, args
@@ -234,7 +243,8 @@ def memoize_paramstyle_conversion() -> None:
     legacy.convert_paramstyle = convert_paramstyle
 
 
-_PARAMSTYLE_CACHE_SIZE = 256
+_PARAMSTYLE_CACHE_SIZE = 64
+_PARAMSTYLE_CACHE_MAX_CHARS = 8_000
 
 
 def _cparams(url: URL) -> dict[str, Any]:

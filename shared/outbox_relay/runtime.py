@@ -82,44 +82,48 @@ def get_dependencies() -> Dependencies:
     store = LeaseStore(get_engine(), settings.channel, default_max_attempts=settings.max_attempts,
                        error_max_chars=settings.error_max_chars)
     deps = Dependencies(settings, store, build_publisher(settings), build_policy(settings))
-    settle_gc()
+    settle_gc(settings.channel)
     return deps
 
 
 #: Allocations (net new container objects) between young-generation collections
-#: once `settle_gc` ran; CPython's default is 700.
+#: in a Redis relay once `settle_gc` ran; CPython's default is 700.
 GC_YOUNG_THRESHOLD = 20_000
 _gc_settled = False
 
 
-def settle_gc() -> None:
+def settle_gc(channel: Channel) -> None:
     """Tune the garbage collector for relaying, once per process, at the end of
     the container's initialisation (the first `get_dependencies`).
 
     - `gc.freeze()` moves every object that exists by then (imported modules,
       boto3, SQLAlchemy, the engine and clients: about 140,000 here) to the
       permanent generation, which collections never walk again (Python
-      documentation, "gc — Garbage Collector interface", `gc.freeze`). bench/
-      timed one full collection at 70 ms inside a batch of 1,000 without it.
-    - The young generation's threshold goes from 700 to `GC_YOUNG_THRESHOLD`
-      (`gc.set_threshold`): a batch builds a few tuples per message (claimed
-      row, delivery result, outcome), all freed when the invocation ends, so
-      with the default the collector ran about three times per batch of 1,000
-      to find nothing.
+      documentation, "gc — Garbage Collector interface", `gc.freeze`). A full
+      collection of them took 70 ms inside a batch of 1,000.
+    - Redis channel only: the young generation's threshold goes from 700 to
+      `GC_YOUNG_THRESHOLD` (`gc.set_threshold`). A Redis batch builds a few
+      tuples per message (claimed row, delivery result, outcome), freed by
+      reference counting when the invocation ends, and no reference cycles
+      (none collected over 19,000 messages), so with the default the collector
+      ran about three times per batch of 1,000 to find nothing. The SES
+      channel keeps the default: each send leaves cycles behind (the standard
+      library's email header classes, botocore's response parsers: about
+      90 KB per send), which a higher threshold would keep in memory longer,
+      and SES is paced by its send rate, not by the relay's CPU.
 
-    bench/ measured the time spent collecting at 3.3 µs per message at batch
-    1,000 with CPython's defaults, 0.9 µs after the freeze and none with both
-    (`gc.callbacks`, 30,000 messages). Reference counting frees everything the
-    relay makes; the collector is only there for cycles. The older
-    generations' thresholds are kept.
+    Time spent collecting in a Redis relay at batch 1,000 (`python -m bench
+    drain`, column "GC ms"): 3.3 µs per message with CPython's defaults, none
+    with both. The older generations' thresholds are kept.
     """
     global _gc_settled
     if _gc_settled:
         return
     _gc_settled = True
     gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    if channel is Channel.REDIS:
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def reset() -> None:

@@ -33,6 +33,14 @@ def _memoized():
     return convert
 
 
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """The cache is process-wide: each test starts and ends with it empty."""
+    _memoized().cache.clear()
+    yield
+    pg8000.legacy.convert_paramstyle.cache.clear()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_PIECES, max_size=30).map("".join), st.lists(st.integers(), max_size=5).map(tuple))
 def test_memoized_conversion_is_pg8000s_own_first_and_second_time(query: str, args: tuple) -> None:
@@ -57,6 +65,27 @@ def test_other_paramstyles_are_not_cached() -> None:
     assert convert("named", query, {"a": 1, "b": 2}) == convert.original("named", query, {"a": 1, "b": 2})
     assert convert("named", query, {"a": 3, "b": 4})[1] == (3, 4)
     assert query not in convert.cache
+
+
+def test_the_cache_stays_bounded_and_starts_again_when_full() -> None:
+    from outbox_relay import db
+
+    convert = _memoized()
+    for i in range(db._PARAMSTYLE_CACHE_SIZE * 3):
+        assert convert("format", f"SELECT %s + {i}", (1,)) == (f"SELECT $1 + {i}", (1,))
+        assert len(convert.cache) <= db._PARAMSTYLE_CACHE_SIZE
+    long = "SELECT %s" + " " * db._PARAMSTYLE_CACHE_MAX_CHARS
+    assert convert("format", long, (1,)) == ("SELECT $1" + " " * db._PARAMSTYLE_CACHE_MAX_CHARS, (1,))
+    assert long not in convert.cache
+    # the relay's statements fit
+    for statement in (sql.CLAIM, sql.RECORD_OUTCOMES):
+        assert len(str(statement.compile(dialect=_pg8000_dialect()))) <= db._PARAMSTYLE_CACHE_MAX_CHARS
+
+
+def _pg8000_dialect():
+    from sqlalchemy.dialects.postgresql import pg8000 as dialect
+
+    return dialect.dialect()
 
 
 def test_install_is_idempotent() -> None:
