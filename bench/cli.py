@@ -52,6 +52,8 @@ class Config:
                             many_pending=100_000, claims=500, claim_batch=100))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
+        self.instruction_batch_sizes = self.batch_sizes if batch_sizes else ([10, 100] if quick else [10, 1000])
+        self.instruction_messages = n or (200 if quick else 5_000)
 
 
 def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix: str, keep: bool,
@@ -68,14 +70,16 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "growth": lambda: _growth(env, cfg, console),
             "memory": lambda: _memory(env, cfg, console),
             "ses": lambda: _ses(env, cfg, console),
+            "instructions": lambda: _instructions(env, cfg, console),
         }
         for name in sections:
             console.print(f"[bold]{name}[/bold] …")
             t = time.perf_counter()
             load = _load_average()
+            started_at = results["machine"]["date"] if name == sections[0] else _now()
             results[name] = steps[name]()
             results[name]["section_seconds"] = round(time.perf_counter() - t, 1)
-            results[name]["started_at"] = results["machine"]["date"] if name == sections[0] else _now()
+            results[name]["started_at"] = started_at
             results[name]["load_average_at_start"] = load
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     path = report.write(results, out)
@@ -155,6 +159,18 @@ def _ses(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     return result
 
 
+def _instructions(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .instructions import run_instructions
+
+    result = run_instructions(env, batch_sizes=cfg.instruction_batch_sizes, messages=cfg.instruction_messages,
+                              streams=cfg.streams)
+    if result.get("skipped"):
+        console.print(f"  skipped: {result['skipped']}")
+    for r in result["runs"]:
+        console.print(f"  batch {r['batch_size']:>5,}: {r['instructions_per_message']:,} instructions per message")
+    return result
+
+
 def _common(f: Callable) -> Callable:
     options = [
         click.option("--quick", is_flag=True, help="Small sizes: a smoke run of every part (about a minute)."),
@@ -219,6 +235,20 @@ _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlo
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
+_make("instructions", ("instructions",), "Relay-process instructions per message (valgrind callgrind; "
+      "default batch 10 and 1,000, 5,000 messages); not part of all.")
+
+
+@main.command(name="instructions-probe", hidden=True)
+@click.option("--database-url", required=True)
+@click.option("--redis-url", required=True)
+@click.option("--batch-size", type=int, required=True)
+@click.option("--signals", type=click.Path(file_okay=False, path_type=Path), required=True)
+def instructions_probe(database_url: str, redis_url: str, batch_size: int, signals: Path) -> None:
+    """(internal) The process callgrind counts (see bench/instructions.py)."""
+    from .instructions import probe
+
+    probe(database_url, redis_url, batch_size, signals)
 
 
 @main.command(name="show")

@@ -9,6 +9,7 @@ trips are counted; they must not grow with the batch size.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -45,7 +46,7 @@ def drain(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -
         invocations: list[tuple[int, int, int, int, float]] = []
         warm(r)
         meter = CpuMeter(env.backend_pids(), env.redis)
-        with meter:
+        with meter, GcTimer() as gc_timer:
             started = time.perf_counter()
             while True:
                 result = r.invoke()
@@ -71,6 +72,8 @@ def drain(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -
         "redis_round_trips_per_batch": _spread([i[3] for i in working]),
         "run_batch_share_of_wall": round(sum(i[4] for i in invocations) / 1000.0 / wall, 3) if wall else None,
         "cpu_us_per_message": meter.per_message_us(delivered),
+        "gc": {"collections": gc_timer.collections,
+               "us_per_message": round(gc_timer.seconds / delivered * 1e6, 2) if delivered else None},
         "enqueue_seconds": round(enqueue_seconds, 2),
         "check": {
             "rows_delivered": counts.get("delivered", 0),
@@ -78,6 +81,29 @@ def drain(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -
             "ok": counts.get("delivered", 0) == n == delivered == stream_total,
         },
     }
+
+
+class GcTimer:
+    """Time the relay process spends in the garbage collector (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.collections = 0
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.collections += 1
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> "GcTimer":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def warm(r: "Relay") -> None:

@@ -111,7 +111,7 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
     if drain:
         t = Table(title=f"Drain, Redis channel: {drain['messages']:,} messages, real handler, back to back")
         for col in ("batch", "msg/s", "wall s", "invocations", "stmts/batch", "redis RT/batch",
-                    "CPU µs/msg client", "PostgreSQL", "Redis", "check"):
+                    "CPU µs/msg client", "PostgreSQL", "Redis", "GC µs/msg", "check"):
             t.add_column(col, justify="right")
         for d in drain["runs"]:
             cpu = d["cpu_us_per_message"]
@@ -120,6 +120,7 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
                       f"{d['statements_per_batch']['min']}–{d['statements_per_batch']['max']}",
                       f"{d['redis_round_trips_per_batch']['min']}–{d['redis_round_trips_per_batch']['max']}",
                       _fmt(cpu.get("client")), _fmt(cpu.get("postgresql")), _fmt(cpu.get("redis")),
+                      _fmt(d.get("gc", {}).get("us_per_message")),
                       "ok" if d["check"]["ok"] else "FAILED")
         console.print(t)
     base = results.get("baseline")
@@ -174,6 +175,16 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_fmt(ses["messages"]), _fmt(ses["sends_per_second"]), f"{ses['fraction_of_max_send_rate']:.3f}",
                   _fmt(ses["busiest_second"]), _fmt(ses["invocations"]), "ok" if ses["check"]["ok"] else "FAILED")
         console.print(t)
+    ins = results.get("instructions")
+    if ins:
+        t = Table(title="Relay-process instructions per message (valgrind callgrind)"
+                  + (f": skipped, {ins['skipped']}" if ins.get("skipped") else ""))
+        for col in ("batch", "messages", "invocations", "instructions", "per message"):
+            t.add_column(col, justify="right")
+        for r in ins["runs"]:
+            t.add_row(_fmt(r["batch_size"]), _fmt(r["messages"]), _fmt(r["invocations"]), _fmt(r["instructions"]),
+                      _fmt(r["instructions_per_message"]))
+        console.print(t)
     checks = results.get("targets")
     if checks:
         t = Table(title="Targets")
@@ -209,13 +220,14 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_when(drain)}):")
         out.append("")
         out.append("| batch | msg/s | statements per batch | Redis round trips per batch "
-                   "| CPU µs/msg: relay process | PostgreSQL backend | Redis server |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+                   "| CPU µs/msg: relay process | PostgreSQL backend | Redis server | relay's GC µs/msg |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for d in drain["runs"]:
             cpu = d["cpu_us_per_message"]
             out.append(f"| {d['batch_size']:,} | {d['messages_per_second']:,.0f} | {d['statements_per_batch']['max']} "
                        f"| {d['redis_round_trips_per_batch']['max']} | {_fmt(cpu.get('client'))} "
-                       f"| {_fmt(cpu.get('postgresql'))} | {_fmt(cpu.get('redis'))} |")
+                       f"| {_fmt(cpu.get('postgresql'))} | {_fmt(cpu.get('redis'))} "
+                       f"| {_fmt(d.get('gc', {}).get('us_per_message'))} |")
         out.append("")
     base = results.get("baseline")
     if base:
@@ -257,6 +269,12 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"SES (moto, {ses['latency_ms']:g} ms per SendEmail, MaxSendRate {ses['max_send_rate']:g}): "
                    f"{ses['sends_per_second']:.1f} sends/s = {ses['fraction_of_max_send_rate']:.1%} of the rate; "
                    f"busiest one-second window {ses['busiest_second']} sends; {ses['messages']} emails.")
+        out.append("")
+    ins = results.get("instructions")
+    if ins and ins.get("runs"):
+        out.append("Relay-process instructions per message (valgrind callgrind; `python -m bench instructions`"
+                   f"{_when(ins)}): " + ", ".join(
+                       f"batch {r['batch_size']:,}: {r['instructions_per_message']:,}" for r in ins["runs"]) + ".")
         out.append("")
     checks = results.get("targets")
     if checks:

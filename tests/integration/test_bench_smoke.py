@@ -64,3 +64,27 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     client = redis_lib.Redis.from_url(servers.redis_url)
     assert not list(client.scan_iter(match=f"{redis_prefix}*")) and not list(client.scan_iter(match=f"{{{redis_prefix}*"))
     client.close()
+
+
+@pytest.mark.slow
+def test_bench_instructions_counts_the_relay_process_under_callgrind(servers, redis_prefix, tmp_path):
+    import shutil
+
+    database = f"outbox_bench_ins_{os.getpid()}"
+    out = tmp_path / "latest.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))}
+    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "instructions", "--batch-sizes", "10", "--n", "30",
+         "--database-name", database, "--prefix", redis_prefix, "--out", str(out)],
+        cwd=project_root(), env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    section = json.loads(out.read_text())["instructions"]
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        assert "not found" in section["skipped"] and section["runs"] == []
+        return
+    (run,) = section["runs"]
+    # 50 messages (five batches of 10) counted, the warm-up invocation not
+    assert run["batch_size"] == 10 and run["messages"] == 50 and run["invocations"] == 6
+    assert run["instructions"] > 0 and run["instructions_per_message"] == round(run["instructions"] / 50)
