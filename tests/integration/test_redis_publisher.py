@@ -109,3 +109,45 @@ def test_entries_carry_headers_when_given(app_engine, store, publisher, plenty, 
     collect(publisher, store.claim("a", 10, 30), plenty)
     ((_, fields),) = redis_client.xrange(redis_prefix + "h")
     assert fields["headers"] == '{"trace_id":"abc"}' and fields["payload"] == "[1,2]" and "key" not in fields
+
+
+def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, store, servers, plenty, redis_client,
+                                                                    redis_prefix):
+    # Given Redis busy with a long script of someone else's, and a publisher that has not loaded its own
+    import threading
+    import time
+
+    import pytest
+
+    from outbox_relay.errors import DownstreamUnavailable
+
+    enqueue(2, stream="busy")
+    claimed = store.claim("a", 10, 30)
+    threshold = redis_client.config_get("busy-reply-threshold")["busy-reply-threshold"]
+    redis_client.config_set("busy-reply-threshold", 50)
+    blocker = redis_lib.Redis.from_url(servers.redis_url)
+    spin = "local s = tonumber(redis.call('TIME')[1]) while tonumber(redis.call('TIME')[1]) < s + 3 do end return 1"
+    worker = threading.Thread(target=lambda: _ignore_errors(blocker.eval, spin, 0), daemon=True)
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    try:
+        worker.start()
+        time.sleep(0.3)
+        publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=60)
+        # Then delivering refuses as "downstream unavailable" (the relay releases the batch, attempts
+        # refunded), not as a bug that fails the invocation
+        with pytest.raises(DownstreamUnavailable, match="BUSY"):
+            publisher.deliver(claimed, plenty, lambda results: None)
+    finally:
+        _ignore_errors(redis_client.script_kill)
+        worker.join(10)
+        redis_client.config_set("busy-reply-threshold", threshold)
+        blocker.close()
+        client.close()
+    assert redis_client.xlen(redis_prefix + "busy") == 0
+
+
+def _ignore_errors(call, *args):
+    try:
+        return call(*args)
+    except redis_lib.RedisError:
+        return None

@@ -196,8 +196,19 @@ class RedisStreamsPublisher:
         return batch_size if seconds_available > 0 else 0
 
     def _script_sha(self) -> str:
+        """The publish script's SHA1, loaded on first use (and again after NOSCRIPT).
+
+        Raises `DownstreamUnavailable` when Redis refuses `SCRIPT LOAD` for a
+        reason that is not ours (BUSY with another script, LOADING, OOM, …, see
+        `classify_reply_error`); any other error reply propagates."""
         if self._sha is None:
-            self._sha = self.client.script_load(PUBLISH_SCRIPT)
+            try:
+                self._sha = self.client.script_load(PUBLISH_SCRIPT)
+            except ResponseError as exc:
+                text = reply_error_text(exc)
+                if classify_reply_error(text) is ErrorClass.DOWNSTREAM_UNAVAILABLE:
+                    raise DownstreamUnavailable(f"redis refused SCRIPT LOAD ({text.split(' ', 1)[0]})") from exc
+                raise
         return self._sha
 
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
