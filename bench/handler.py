@@ -75,6 +75,17 @@ def bench_environment(env: BenchEnv, batch_size: int, channel: str = "redis",
     return values
 
 
+def probe_environment(database_url: str, redis_url: str, batch_size: int) -> dict[str, str | None]:
+    """Environment variables of a Redis relay in a probe process (memory, instructions),
+    which gets the bench database's URL rather than a `BenchEnv`."""
+    values: dict[str, str | None] = {k: None for k in os.environ if k.startswith("OUTBOX_")}
+    values.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "OUTBOX_CHANNEL": "redis",
+                   "OUTBOX_BATCH_SIZE": str(batch_size), "POWERTOOLS_TRACE_DISABLED": "true",
+                   "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayBench", "DATABASE_SECRET_ARN": None,
+                   "REDIS_URL_SECRET_ARN": None})
+    return values
+
+
 @contextlib.contextmanager
 def relay(env: BenchEnv, batch_size: int, *, channel: str = "redis", timeout_seconds: float = 60.0,
           extra_env: dict[str, str | None] | None = None,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -37,13 +36,9 @@ def probe(database_url: str, redis_url: str, batch_size: int, signals: Path) -> 
     from outbox_relay import runtime
     from outbox_relay.local import LocalContext, environment, load_handler
 
-    from .handler import schedule_event
+    from .handler import probe_environment, schedule_event
 
-    values: dict[str, str | None] = {k: None for k in os.environ if k.startswith("OUTBOX_")}
-    values.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "OUTBOX_CHANNEL": "redis",
-                   "OUTBOX_BATCH_SIZE": str(batch_size), "POWERTOOLS_TRACE_DISABLED": "true",
-                   "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayBench", "DATABASE_SECRET_ARN": None,
-                   "REDIS_URL_SECRET_ARN": None})
+    values = probe_environment(database_url, redis_url, batch_size)
     sink = io.StringIO()
     event = schedule_event("redis")
     with environment(**values):

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis as redis_lib
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from leftovers import assert_nothing_left  # tests/leftovers.py
+from sqlalchemy import text
 
 from outbox_relay.local import project_root
 
@@ -95,13 +94,7 @@ def test_demo_runs_end_to_end(servers, redis_prefix):
     assert "demo OK" in proc.stdout and "Dead letters:" in proc.stdout
     assert f"{redis_prefix}orders:" in proc.stdout
     # Cleaned up: its database is gone and no key under its prefix is left
-    admin = create_engine(servers.database_url, poolclass=NullPool)
-    with admin.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_database WHERE datname = :d"), {"d": database}).scalar() == 0
-    admin.dispose()
-    client = redis_lib.Redis.from_url(servers.redis_url)
-    assert not list(client.scan_iter(match=f"{redis_prefix}*")) and not list(client.scan_iter(match=f"{{{redis_prefix}*"))
-    client.close()
+    assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
 
 
 def test_demo_refuses_unusable_names_by_option(servers):

@@ -14,9 +14,7 @@ import subprocess
 import sys
 
 import pytest
-import redis as redis_lib
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from leftovers import assert_nothing_left  # tests/leftovers.py
 
 from outbox_relay.local import project_root
 
@@ -27,14 +25,8 @@ SECTIONS = ("drain", "baseline", "concurrency", "growth", "memory", "ses")
 def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix, tmp_path):
     database = f"outbox_bench_smoke_{os.getpid()}"
     out = tmp_path / "latest.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))}
-    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "all", "--quick", "--n", "300", "--batch-sizes", "10,100",
-         "--baseline-n", "40", "--processes", "1,2", "--database-name", database, "--prefix", redis_prefix,
-         "--out", str(out)],
-        cwd=project_root(), env=env, capture_output=True, text=True, timeout=600,
-    )
+    proc = _bench(servers, "all", "--quick", "--n", "300", "--batch-sizes", "10,100", "--baseline-n", "40",
+                  "--processes", "1,2", "--database-name", database, "--prefix", redis_prefix, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())
 
@@ -57,13 +49,7 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert "Drain, Redis channel" in proc.stdout and "Targets" in proc.stdout
 
     # Cleaned up: the bench database is gone and no key under the prefix is left
-    admin = create_engine(servers.database_url, poolclass=NullPool)
-    with admin.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_database WHERE datname = :d"), {"d": database}).scalar() == 0
-    admin.dispose()
-    client = redis_lib.Redis.from_url(servers.redis_url)
-    assert not list(client.scan_iter(match=f"{redis_prefix}*")) and not list(client.scan_iter(match=f"{{{redis_prefix}*"))
-    client.close()
+    assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
 
 
 @pytest.mark.slow
@@ -72,13 +58,8 @@ def test_bench_instructions_counts_the_relay_process_under_callgrind(servers, re
 
     database = f"outbox_bench_ins_{os.getpid()}"
     out = tmp_path / "latest.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))}
-    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "instructions", "--batch-sizes", "10", "--n", "30",
-         "--database-name", database, "--prefix", redis_prefix, "--out", str(out)],
-        cwd=project_root(), env=env, capture_output=True, text=True, timeout=600,
-    )
+    proc = _bench(servers, "instructions", "--batch-sizes", "10", "--n", "30", "--database-name", database,
+                  "--prefix", redis_prefix, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     section = json.loads(out.read_text())["instructions"]
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -88,3 +69,12 @@ def test_bench_instructions_counts_the_relay_process_under_callgrind(servers, re
     # 50 messages (five batches of 10) counted, the warm-up invocation not
     assert run["batch_size"] == 10 and run["messages"] == 50 and run["invocations"] == 6
     assert run["instructions"] > 0 and run["instructions_per_message"] == round(run["instructions"] / 50)
+    assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
+
+
+def _bench(servers, *args: str) -> subprocess.CompletedProcess:
+    """`python -m bench ARGS` in a fresh process on the test servers, with no OUTBOX_ or AWS_ setting inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))}
+    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=project_root(), env=env,
+                          capture_output=True, text=True, timeout=600)
