@@ -119,17 +119,22 @@ GET_MESSAGE = text(
 # redrive always ends.
 DB_NOW = text("SELECT now()")
 
+# The rows of the messages :message_ids (a uuid[]), found through the body's
+# unique index on message_id, then by primary key (migration 0003 moved the
+# message id's unique key to outbox_message_body).
+_SEQS_OF_MESSAGE_IDS = ("seq = ANY(ARRAY(SELECT seq FROM outbox_message_body "
+                        "WHERE message_id = ANY(CAST(:message_ids AS uuid[]))))")
+
 # What a redrive with these filters would move, by channel and error class.
 # The filters are those of REDRIVE_BATCH; `message_ids` NULL means any.
 REDRIVE_PREVIEW = text(
-    """
+    f"""
     SELECT channel, last_error_class, count(*) AS n
       FROM outbox_message
      WHERE status = 'dead'
        AND (CAST(:channel AS text) IS NULL OR channel = CAST(:channel AS text))
        AND (CAST(:error_class AS text) IS NULL OR last_error_class = CAST(:error_class AS text))
-       AND (CAST(:message_ids AS uuid[]) IS NULL OR seq = ANY(ARRAY(
-                SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[])))))
+       AND (CAST(:message_ids AS uuid[]) IS NULL OR {_SEQS_OF_MESSAGE_IDS})
      GROUP BY channel, last_error_class
      ORDER BY channel, last_error_class
     """
@@ -137,10 +142,9 @@ REDRIVE_PREVIEW = text(
 
 # Which of the given message ids are dead letters now (dry run of a redrive by ids).
 DEAD_AMONG = text(
-    """
+    f"""
     SELECT message_id FROM outbox_message
-     WHERE status = 'dead' AND seq = ANY(ARRAY(
-           SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[]))))
+     WHERE status = 'dead' AND {_SEQS_OF_MESSAGE_IDS}
     """
 )
 
@@ -154,15 +158,14 @@ DEAD_AMONG = text(
 # last_error and last_error_class are kept (the history an operator reads with
 # `outbox dead show`; the next failure overwrites them); dead_at is cleared.
 REDRIVE_BATCH_SQL = text(
-    """
+    f"""
     WITH picked AS (
         SELECT seq FROM outbox_message
          WHERE status = 'dead'
            AND (dead_at IS NULL OR dead_at <= CAST(:cutoff AS timestamptz))
            AND (CAST(:channel AS text) IS NULL OR channel = CAST(:channel AS text))
            AND (CAST(:error_class AS text) IS NULL OR last_error_class = CAST(:error_class AS text))
-           AND (CAST(:message_ids AS uuid[]) IS NULL OR seq = ANY(ARRAY(
-                SELECT seq FROM outbox_message_body WHERE message_id = ANY(CAST(:message_ids AS uuid[])))))
+           AND (CAST(:message_ids AS uuid[]) IS NULL OR {_SEQS_OF_MESSAGE_IDS})
          ORDER BY dead_at, seq
          LIMIT :limit
            FOR UPDATE SKIP LOCKED

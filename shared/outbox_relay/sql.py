@@ -174,6 +174,7 @@ RECORD_OUTCOMES = text(
     """
 )
 
+
 def _same_message(channel: str, destination: str, type_: str, key: str, payload_jsonb: str) -> str:
     """SQL that is true when the stored message (`o` in outbox_message, its body
     `b`) is the given one: the one definition of "the same message" for every

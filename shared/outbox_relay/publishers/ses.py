@@ -35,8 +35,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..email import (field_errors, MAX_MESSAGE_BYTES, OUTBOX_TAG, EmailPayload, address_of, build_mime, encode_address,
-                     encode_header_value, load_payload, parse_address)
+from ..email import (MAX_MESSAGE_BYTES, OUTBOX_TAG, EmailPayload, address_of, build_mime, encode_address,
+                     encode_header_value, field_errors, load_payload, parse_address)
 from ..errors import ConfigurationError, DownstreamUnavailable, InvalidMessageError, StopBatch
 from ..models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ..observability import logger as log
@@ -528,9 +528,9 @@ class SesPublisher:
         if sender is None:
             return None
         config_set = payload.configuration_set or self.default_configuration_set
-        with field_errors("from", "cannot be encoded for SES"):
+        with _content_field("from"):
             from_address = encode_address(sender)
-        with field_errors("to", "cannot be encoded for SES"):
+        with _content_field("to"):
             destination = {k: [encode_address(a) for a in v] for k, v in
                            (("ToAddresses", payload.to), ("CcAddresses", payload.cc),
                             ("BccAddresses", payload.bcc)) if v}
@@ -541,7 +541,7 @@ class SesPublisher:
                          + [{"Name": k, "Value": v} for k, v in payload.tags.items()],
         }
         if payload.reply_to:
-            with field_errors("reply_to", "cannot be encoded for SES"):
+            with _content_field("reply_to"):
                 request["ReplyToAddresses"] = [encode_address(a) for a in payload.reply_to]
         if config_set:
             request["ConfigurationSetName"] = config_set
@@ -553,9 +553,9 @@ class SesPublisher:
                                             f"most {MAX_MESSAGE_BYTES}")
             request["Content"] = {"Raw": {"Data": raw}}
         else:
-            with field_errors("headers", "cannot be encoded for SES"):
+            with _content_field("headers"):
                 request["Content"] = {"Simple": _simple_content(payload)}
-        with field_errors("from", "cannot be encoded for SES"):
+        with _content_field("from"):
             own_sender = address_of(payload.sender) if payload.sender else None
             mailboxes = _mailboxes(payload, sender)
             _redactions(mailboxes)  # parses every address again; fails here, not in a worker
@@ -590,6 +590,13 @@ class SesPublisher:
                             DeliveryResult(p.seq, error_class=ErrorClass.TRANSIENT,
                                            error=f"ses: unexpected error ({type(exc).__name__})"),
                             type(exc).__name__)
+
+
+def _content_field(field: str) -> Any:
+    """`field_errors` for turning the message's own values into the request: an
+    exception becomes `InvalidMessageError(field, …)` (the message's fault:
+    PERMANENT), naming the exception type only."""
+    return field_errors(field, "cannot be encoded for SES")
 
 
 def _simple_content(payload: EmailPayload) -> dict[str, Any]:
