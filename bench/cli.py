@@ -24,7 +24,7 @@ from rich.console import Console
 from . import payloads, report
 from .env import BenchEnv, machine_info
 
-SECTIONS = ("drain", "baseline", "concurrency", "growth", "memory", "ses")
+SECTIONS = ("drain", "baseline", "phases", "concurrency", "growth", "memory", "ses")
 
 
 def _ints(value: str) -> list[int]:
@@ -54,6 +54,8 @@ class Config:
         self.ses_n = 30 if quick else 500
         self.instruction_batch_sizes = self.batch_sizes if batch_sizes else ([10, 100] if quick else [10, 1000])
         self.instruction_messages = n or (200 if quick else 5_000)
+        self.phases_batch = 1000 if not batch_sizes else max(self.batch_sizes)
+        self.phases_n = n or (2_000 if quick else 20_000)
 
 
 def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix: str, keep: bool,
@@ -71,6 +73,7 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "memory": lambda: _memory(env, cfg, console),
             "ses": lambda: _ses(env, cfg, console),
             "instructions": lambda: _instructions(env, cfg, console),
+            "phases": lambda: _phases(env, cfg, console),
         }
         for name in sections:
             console.print(f"[bold]{name}[/bold] …")
@@ -119,6 +122,15 @@ def _baseline(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
 
     result = run_baseline(env, n=cfg.baseline_n, streams=cfg.streams)
     console.print(f"  per-row worker: {result['messages_per_second']:,.1f} msg/s")
+    return result
+
+
+def _phases(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .phases import run_phases
+
+    result = run_phases(env, n=cfg.phases_n, batch_size=cfg.phases_batch, streams=cfg.streams)
+    console.print(f"  batch {result['batch_size']:>5,}: {result['sum_wall_us']} µs per message in "
+                  f"{len(result['steps'])} steps")
     return result
 
 
@@ -227,10 +239,12 @@ def _checks_ok(section: dict[str, Any]) -> bool:
     return all(r.get("check", {}).get("ok", True) for r in runs)
 
 
-_make("all", SECTIONS, "Every section: drain, baseline, concurrency, growth, memory, SES.")
+_make("all", SECTIONS, "Every section: drain, baseline, phases, concurrency, growth, memory, SES.")
 _make("drain", ("drain",), "Drain throughput of the Redis channel per batch size.")
 _make("baseline", ("baseline",), "The per-row worker this project replaces.")
 _make("compare", ("drain", "baseline"), "Drain per batch size and the per-row baseline, in one run.")
+_make("phases", ("phases",), "Where one invocation's time goes, step by step (default batch 1,000, "
+      "20,000 messages; the largest of --batch-sizes).")
 _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlog; duplicates checked.")
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")

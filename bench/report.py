@@ -185,6 +185,18 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
             t.add_row(_fmt(r["batch_size"]), _fmt(r["messages"]), _fmt(r["invocations"]), _fmt(r["instructions"]),
                       _fmt(r["instructions_per_message"]))
         console.print(t)
+    ph = results.get("phases")
+    if ph:
+        t = Table(title=f"Phases of one invocation: batch {ph['batch_size']:,}, {ph['messages']:,} messages, "
+                        f"{_fmt(ph['messages_per_second'])} msg/s with the hooks; µs per message")
+        for col in ("step", "wall", "relay CPU", "PostgreSQL CPU"):
+            t.add_column(col, justify="right")
+        for st in ph["steps"]:
+            t.add_row(st["step"], _fmt(st["wall_us"]), _fmt(st["relay_cpu_us"]), _fmt(st["postgresql_cpu_us"]))
+        t.add_row("sum", _fmt(ph["sum_wall_us"]), "", f"Redis CPU {_fmt(ph['redis_cpu_us'])}")
+        console.print(t)
+        console.print(f"  claim of {ph['batch_size']:,}: first row after {_fmt(ph['claim_first_row_ms_median'])} ms, "
+                      f"rows received in {_fmt(ph['claim_rows_ms_median'])} ms (medians)")
     checks = results.get("targets")
     if checks:
         t = Table(title="Targets")
@@ -275,6 +287,21 @@ def markdown(results: dict[str, Any]) -> str:
         out.append("Relay-process instructions per message (valgrind callgrind; `python -m bench instructions`"
                    f"{_when(ins)}): " + ", ".join(
                        f"batch {r['batch_size']:,}: {r['instructions_per_message']:,}" for r in ins["runs"]) + ".")
+        out.append("")
+    ph = results.get("phases")
+    if ph:
+        out.append(f"Phases of one invocation (`python -m bench phases`; batch {ph['batch_size']:,}, "
+                   f"{ph['messages']:,} messages, {ph['messages_per_second']:,.0f} msg/s with the hooks"
+                   f"{_when(ph)}), µs per message; the claim's first row arrived after "
+                   f"{_fmt(ph['claim_first_row_ms_median'])} ms and the rest within "
+                   f"{_fmt(ph['claim_rows_ms_median'])} ms more (medians):")
+        out.append("")
+        out.append("| step | wall | relay CPU | PostgreSQL CPU |")
+        out.append("|---|---:|---:|---:|")
+        for st in ph["steps"]:
+            out.append(f"| {st['step']} | {_fmt(st['wall_us'])} | {_fmt(st['relay_cpu_us'])} "
+                       f"| {_fmt(st['postgresql_cpu_us'])} |")
+        out.append(f"| sum (Redis CPU {_fmt(ph['redis_cpu_us'])}, all in publish) | {_fmt(ph['sum_wall_us'])} | | |")
         out.append("")
     checks = results.get("targets")
     if checks:

@@ -18,7 +18,7 @@ from leftovers import assert_nothing_left  # tests/leftovers.py
 
 from outbox_relay.local import project_root
 
-SECTIONS = ("drain", "baseline", "concurrency", "growth", "memory", "ses")
+SECTIONS = ("drain", "baseline", "phases", "concurrency", "growth", "memory", "ses")
 
 
 @pytest.mark.slow
@@ -39,6 +39,18 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
         == {2}  # claim; outcomes, which also read the oldest pending age
     assert {d["redis_round_trips_per_batch"]["max"] for d in drain} == {2}  # gate PING, one pipeline
     assert results["baseline"]["check"]["ok"] and results["baseline"]["delivered"] == 40
+    phases = results["phases"]
+    assert phases["check"]["ok"] and phases["batch_size"] == 100 and phases["check"]["delivered"] == 300
+    steps = {st["step"]: st for st in phases["steps"]}
+    assert list(steps) == ["gate", "claim, server", "claim, rows", "claim, messages", "publish", "record",
+                           "handler, the rest"]
+    # the first-row hook fired: the claim is split into the server's part and the rows' part
+    assert steps["claim, server"]["wall_us"] > 0 and steps["claim, rows"]["wall_us"] > 0
+    assert phases["claim_first_row_ms_median"] > 0 and phases["claim_rows_ms_median"] > 0
+    assert abs(sum(st["wall_us"] for st in steps.values()) - phases["sum_wall_us"]) < 1.0
+    if steps["record"]["postgresql_cpu_us"] is not None:  # PostgreSQL on this host
+        assert steps["claim, server"]["postgresql_cpu_us"] > 0 and steps["record"]["postgresql_cpu_us"] > 0
+        assert steps["publish"]["postgresql_cpu_us"] < steps["record"]["postgresql_cpu_us"]
     for run in results["concurrency"]["runs"]:
         assert run["check"]["ok"] and run["check"]["duplicates"] == 0 and run["delivered"] == 300
     assert results["growth"]["plans_ok"] and len(results["growth"]["cases"]) == 3
@@ -46,7 +58,8 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     ses = results["ses"]
     assert ses["check"]["ok"] and ses["busiest_second"] <= ses["max_send_rate"]
     assert {t["target"] for t in results["targets"]} >= {"Redis, one invocation, batch 1,000"}
-    assert "Drain, Redis channel" in proc.stdout and "Targets" in proc.stdout
+    assert "Drain, Redis channel" in proc.stdout and "Phases of one invocation" in proc.stdout
+    assert "Targets" in proc.stdout
 
     # Cleaned up: the bench database is gone and no key under the prefix is left
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
