@@ -198,6 +198,17 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def is_local_postgres(pid: int) -> bool:
+    """Whether `pid` (a backend pid PostgreSQL reported) is a PostgreSQL process
+    on this host: with the server elsewhere, the same number may belong to an
+    unrelated local process, whose CPU must not be reported as the backend's."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == "postgres"
+    except OSError:
+        return False
+
+
 def redis_cpu_seconds(client: redis_lib.Redis) -> float | None:
     """CPU seconds the Redis server has used (INFO cpu: user + sys)."""
     try:
@@ -211,7 +222,8 @@ class CpuMeter:
     """CPU used during a block by this process, given PostgreSQL backends and Redis."""
 
     def __init__(self, backend_pids: Iterable[int], redis_client: redis_lib.Redis) -> None:
-        self.pids = list(backend_pids)
+        pids = list(backend_pids)
+        self.pids = pids if all(is_local_postgres(p) for p in pids) else []
         self.redis = redis_client
         self.result: dict[str, float | None] = {}
 

@@ -38,7 +38,7 @@ from outbox_relay import store as store_module
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 
 from .drain import prepare_backlog, warm
-from .env import BenchEnv, redis_cpu_seconds
+from .env import BenchEnv, is_local_postgres, redis_cpu_seconds
 from .handler import relay
 
 STEPS = ("gate", "claim, server", "claim, rows", "claim, messages", "publish", "record", "handler, the rest")
@@ -160,7 +160,7 @@ def run_phases(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ..
         prepare_backlog(env, n, streams)
         warm(r)
         pids = env.backend_pids()
-        clock = _Clock(pids[0] if len(pids) == 1 else None)
+        clock = _Clock(pids[0] if len(pids) == 1 and is_local_postgres(pids[0]) else None)
         pg_known = clock.pid is not None and backend_cpu_ns(clock.pid) is not None
         redis0 = redis_cpu_seconds(env.redis)
         started = time.perf_counter()

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from leftovers import assert_nothing_left  # tests/leftovers.py
@@ -91,3 +92,22 @@ def _bench(servers, *args: str) -> subprocess.CompletedProcess:
     env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=project_root(), env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+def test_backend_cpu_is_read_only_from_a_local_postgres_process(app_engine):
+    """The bench reads a backend's CPU from /proc/<pid>: only when that pid is a
+    PostgreSQL process here, never an unrelated local process with the same number."""
+    from sqlalchemy import text
+
+    from bench.env import CpuMeter, is_local_postgres
+    from bench.phases import backend_cpu_ns
+
+    with app_engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        comm = Path(f"/proc/{pid}/comm")
+        local = comm.exists() and comm.read_text().strip() == "postgres"
+        assert is_local_postgres(pid) is local
+        if local:
+            assert backend_cpu_ns(pid) > 0
+    assert not is_local_postgres(os.getpid())  # a local process, not PostgreSQL
+    assert CpuMeter([os.getpid()], None).pids == []  # so no CPU figure is attributed to it
