@@ -56,21 +56,46 @@ def backend_cpu_ns(pid: int | None) -> int | None:
 
 
 class _Clock:
-    """Marks of one invocation: (wall seconds, relay CPU seconds, backend CPU ns or None)."""
+    """One invocation's marks (wall seconds, relay CPU seconds, backend CPU ns or
+    None) and the time summed per step for steps that may run more than once."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
         self.marks: dict[str, tuple[float, float, int | None]] = {}
+        self.sums: dict[str, list[float]] = {}
         self.in_claim = False
+        self.in_deliver = False
+
+    def reset(self) -> None:
+        self.marks.clear()
+        self.sums.clear()
+
+    def now(self) -> tuple[float, float, int | None]:
+        return time.perf_counter(), time.thread_time(), backend_cpu_ns(self.pid)
 
     def mark(self, name: str) -> None:
-        self.marks[name] = (time.perf_counter(), time.thread_time(), backend_cpu_ns(self.pid))
+        self.marks[name] = self.now()
 
-    def span(self, start: str, end: str) -> tuple[float, float, float | None]:
-        """Wall, relay CPU and backend CPU (seconds) between two marks."""
+    def add(self, step: str, start: tuple[float, float, int | None]) -> None:
+        """Add the time since `start` (from `now()`) to `step`."""
+        end = self.now()
+        total = self.sums.setdefault(step, [0.0, 0.0, 0.0])
+        total[0] += end[0] - start[0]
+        total[1] += end[1] - start[1]
+        if start[2] is not None and end[2] is not None:
+            total[2] += (end[2] - start[2]) / 1e9
+
+    def span(self, start: str, end: str) -> tuple[float, float, float]:
+        """Wall, relay CPU and backend CPU (seconds) between two marks; zeros when
+        either is missing (the step did not run)."""
+        if start not in self.marks or end not in self.marks:
+            return 0.0, 0.0, 0.0
         w0, c0, p0 = self.marks[start]
         w1, c1, p1 = self.marks[end]
-        return w1 - w0, c1 - c0, (p1 - p0) / 1e9 if p0 is not None and p1 is not None else None
+        return w1 - w0, c1 - c0, (p1 - p0) / 1e9 if p0 is not None and p1 is not None else 0.0
+
+    def summed(self, step: str) -> tuple[float, float, float]:
+        return tuple(self.sums.get(step, (0.0, 0.0, 0.0)))  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -87,14 +112,23 @@ def _patched(target: Any, name: str, make: Callable[[Callable], Callable]) -> It
 def _hooks(clock: _Clock) -> Iterator[None]:
     """Marks at every step boundary, for as long as the block runs."""
 
-    def around(before: str, after: str) -> Callable[[Callable], Callable]:
+    def timed(step: str) -> Callable[[Callable], Callable]:
+        # Summed, not marked: the outcome write runs again when the relay
+        # releases what was not recorded (after `deliver`, outside it).
         def make(f: Callable) -> Callable:
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                clock.mark(before)
+                start = clock.now()
+                inside = clock.in_deliver
+                if step == "deliver":
+                    clock.in_deliver = True
                 try:
                     return f(*args, **kwargs)
                 finally:
-                    clock.mark(after)
+                    if step == "deliver":
+                        clock.in_deliver = False
+                    clock.add(step, start)
+                    if step == "record" and inside:
+                        clock.add("record in deliver", start)
             return wrapper
         return make
 
@@ -144,9 +178,9 @@ def _hooks(clock: _Clock) -> Iterator[None]:
         stack.enter_context(_patched(store_module.LeaseStore, "claim", claim))
         stack.enter_context(_patched(store_module, "run_with_retry", statement))
         stack.enter_context(_patched(pg8000.core.CoreConnection, "execute_unnamed", first_row))
-        stack.enter_context(_patched(store_module.LeaseStore, "record", around("record", "record end")))
-        stack.enter_context(_patched(RedisStreamsPublisher, "gate", around("gate", "gate end")))
-        stack.enter_context(_patched(RedisStreamsPublisher, "deliver", around("deliver", "deliver end")))
+        stack.enter_context(_patched(store_module.LeaseStore, "record", timed("record")))
+        stack.enter_context(_patched(RedisStreamsPublisher, "gate", timed("gate")))
+        stack.enter_context(_patched(RedisStreamsPublisher, "deliver", timed("deliver")))
         yield
 
 
@@ -166,7 +200,7 @@ def run_phases(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ..
         started = time.perf_counter()
         with _hooks(clock):
             while True:
-                clock.marks.clear()
+                clock.reset()
                 clock.mark("invoke")
                 result = r.invoke()
                 clock.mark("invoke end")
@@ -175,29 +209,26 @@ def run_phases(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ..
                 invocations += 1
                 delivered += result["delivered"]
                 m = clock.marks
-                if "claim first row" not in m:  # nothing came back (cannot happen when claimed > 0)
+                if "claim first row" not in m and "claim rows end" in m:  # no row came back
                     m["claim first row"] = m["claim rows end"]
+                deliver, record = clock.summed("deliver"), clock.summed("record")
+                inside = clock.summed("record in deliver")
                 spans = {
-                    "gate": clock.span("gate", "gate end"),
+                    "gate": clock.summed("gate"),
                     "claim, server": clock.span("claim", "claim first row"),
                     "claim, rows": clock.span("claim first row", "claim rows end"),
                     "claim, messages": clock.span("claim rows end", "claim end"),
-                    "record": clock.span("record", "record end"),
+                    "publish": tuple(d - i for d, i in zip(deliver, inside)),
+                    "record": record,
                 }
-                deliver = clock.span("deliver", "deliver end")
-                spans["publish"] = tuple(  # type: ignore[assignment]
-                    (a - b) if a is not None and b is not None else None for a, b in zip(deliver, spans["record"]))
-                whole = clock.span("invoke", "invoke end")
-                inner = [spans[s] for s in ("gate", "claim, server", "claim, rows", "claim, messages")] + [deliver]
-                spans["handler, the rest"] = tuple(  # type: ignore[assignment]
-                    (w - sum(x[i] for x in inner)) if w is not None and all(x[i] is not None for x in inner)
-                    else None for i, w in enumerate(whole))
+                accounted = [sum(v[i] for v in spans.values()) for i in range(3)]
+                spans["handler, the rest"] = tuple(w - a for w, a in zip(clock.span("invoke", "invoke end"), accounted))
                 for step, values in spans.items():
                     for i, v in enumerate(values):
-                        if v is not None:
-                            totals[step][i] += v
-                first_row_ms.append((m["claim first row"][0] - m["claim"][0]) * 1e3)
-                rows_ms.append((m["claim rows end"][0] - m["claim first row"][0]) * 1e3)
+                        totals[step][i] += v
+                if "claim" in m and "claim rows end" in m:
+                    first_row_ms.append((m["claim first row"][0] - m["claim"][0]) * 1e3)
+                    rows_ms.append((m["claim rows end"][0] - m["claim first row"][0]) * 1e3)
         wall = time.perf_counter() - started
         redis1 = redis_cpu_seconds(env.redis)
         counts = env.counts()
