@@ -243,8 +243,8 @@ _make("all", SECTIONS, "Every section: drain, baseline, phases, concurrency, gro
 _make("drain", ("drain",), "Drain throughput of the Redis channel per batch size.")
 _make("baseline", ("baseline",), "The per-row worker this project replaces.")
 _make("compare", ("drain", "baseline"), "Drain per batch size and the per-row baseline, in one run.")
-_make("phases", ("phases",), "Where one invocation's time goes, step by step (default batch 1,000, "
-      "20,000 messages; the largest of --batch-sizes).")
+_make("phases", ("phases",), "Where one invocation's time goes, step by step: batch 1,000 (or the largest "
+      "of --batch-sizes), 20,000 messages (or --n; 2,000 with --quick).")
 _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlog; duplicates checked.")
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")

@@ -120,11 +120,17 @@ class BenchEnv:
             return {s: n for s, n in conn.execute(text("SELECT status, count(*) FROM outbox_message GROUP BY status"))}
 
     def backend_pids(self, application_name: str = "outbox-relay") -> list[int]:
-        """Backend pids of the bench database's connections named `application_name`."""
+        """Backend pids of the bench database's connections named `application_name`
+        whose processes run on this host (`is_local_backend`); empty when any of
+        them does not, so no figure is read from an unrelated process."""
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(text(
-                "SELECT pid FROM pg_stat_activity WHERE datname = :d AND application_name = :a"),
-                {"d": self.database_name, "a": application_name})]
+            rows = conn.execute(text(
+                "SELECT pid, EXTRACT(EPOCH FROM backend_start)::float8 FROM pg_stat_activity "
+                "WHERE datname = :d AND application_name = :a"),
+                {"d": self.database_name, "a": application_name}).all()
+        if not all(is_local_backend(pid, started) for pid, started in rows):
+            return []
+        return [pid for pid, _ in rows]
 
     def server_versions(self) -> dict[str, str]:
         with self.engine.connect() as conn:
@@ -198,15 +204,23 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def is_local_postgres(pid: int) -> bool:
-    """Whether `pid` (a backend pid PostgreSQL reported) is a PostgreSQL process
-    on this host: with the server elsewhere, the same number may belong to an
-    unrelated local process, whose CPU must not be reported as the backend's."""
+def is_local_backend(pid: int, backend_start_epoch: float) -> bool:
+    """Whether `pid`, a backend pid PostgreSQL reported (`pg_stat_activity`), is
+    that backend's process on this host: a process named "postgres" that started
+    when the backend did (within 2 s). With the server on another host or in a
+    container (its own pid numbers), the same number may belong to an unrelated
+    local process, whose CPU must not be reported as the backend's."""
     try:
         with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() == "postgres"
-    except OSError:
+            if f.read().strip() != "postgres":
+                return False
+        with open(f"/proc/{pid}/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
         return False
+    return abs(boot + start_ticks / _TICKS - backend_start_epoch) < 2.0
 
 
 def redis_cpu_seconds(client: redis_lib.Redis) -> float | None:
@@ -222,8 +236,7 @@ class CpuMeter:
     """CPU used during a block by this process, given PostgreSQL backends and Redis."""
 
     def __init__(self, backend_pids: Iterable[int], redis_client: redis_lib.Redis) -> None:
-        pids = list(backend_pids)
-        self.pids = pids if all(is_local_postgres(p) for p in pids) else []
+        self.pids = list(backend_pids)
         self.redis = redis_client
         self.result: dict[str, float | None] = {}
 

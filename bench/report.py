@@ -195,8 +195,10 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
             t.add_row(st["step"], _fmt(st["wall_us"]), _fmt(st["relay_cpu_us"]), _fmt(st["postgresql_cpu_us"]))
         t.add_row("sum", _fmt(ph["sum_wall_us"]), "", f"Redis CPU {_fmt(ph['redis_cpu_us'])}")
         console.print(t)
-        console.print(f"  claim of {ph['batch_size']:,}: first row after {_fmt(ph['claim_first_row_ms_median'])} ms, "
-                      f"rows received in {_fmt(ph['claim_rows_ms_median'])} ms (medians)")
+        console.print(f"  claims of a full batch ({ph['batch_size']:,}): first row after "
+                      f"{_fmt(ph['claim_first_row_ms_median'])} ms, statement returned "
+                      f"{_fmt(ph['claim_rows_ms_median'])} ms later (medians); the claim's PostgreSQL CPU, "
+                      f"for the whole statement, is on its first line")
     checks = results.get("targets")
     if checks:
         t = Table(title="Targets")
@@ -292,9 +294,10 @@ def markdown(results: dict[str, Any]) -> str:
     if ph:
         out.append(f"Phases of one invocation (`python -m bench phases`; batch {ph['batch_size']:,}, "
                    f"{ph['messages']:,} messages, {ph['messages_per_second']:,.0f} msg/s with the hooks"
-                   f"{_when(ph)}), µs per message; the claim's first row arrived after "
-                   f"{_fmt(ph['claim_first_row_ms_median'])} ms and the rest within "
-                   f"{_fmt(ph['claim_rows_ms_median'])} ms more (medians):")
+                   f"{_when(ph)}), µs per message; in the claims of a full batch the first row arrived after "
+                   f"{_fmt(ph['claim_first_row_ms_median'])} ms and the statement returned "
+                   f"{_fmt(ph['claim_rows_ms_median'])} ms later (medians); the claim's PostgreSQL CPU, "
+                   f"for the whole statement, is on its first line:")
         out.append("")
         out.append("| step | wall | relay CPU | PostgreSQL CPU |")
         out.append("|---|---:|---:|---:|")
