@@ -29,9 +29,12 @@ SECTIONS = ("drain", "baseline", "phases", "concurrency", "growth", "memory", "s
 
 def _ints(value: str) -> list[int]:
     try:
-        return [int(v.replace("_", "")) for v in value.split(",") if v.strip()]
+        values = [int(v.replace("_", "")) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter(f"expected comma-separated positive integers, got {value!r}")
+    return values
 
 
 class Config:

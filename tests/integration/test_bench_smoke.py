@@ -148,3 +148,10 @@ def test_phases_hooks_are_removed_afterwards(servers, redis_prefix, monkeypatch)
             pg8000.core.CoreConnection.execute_unnamed, RedisStreamsPublisher.gate,
             RedisStreamsPublisher.deliver) == originals
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
+
+
+@pytest.mark.parametrize("option", [("--batch-sizes", "0"), ("--batch-sizes", "10,-5"), ("--processes", "1,x")])
+def test_bench_refuses_sizes_that_are_not_positive_integers(servers, option):
+    proc = _bench(servers, "drain", *option, "--database-name", f"outbox_bench_refused_{os.getpid()}")
+    assert proc.returncode == 2
+    assert f"expected comma-separated positive integers, got '{option[1]}'" in proc.stderr
