@@ -128,7 +128,7 @@ class BenchEnv:
                 "SELECT pid, EXTRACT(EPOCH FROM backend_start)::float8 FROM pg_stat_activity "
                 "WHERE datname = :d AND application_name = :a"),
                 {"d": self.database_name, "a": application_name}).all()
-        if not all(is_local_backend(pid, started) for pid, started in rows):
+        if not all(started is not None and is_local_backend(pid, started) for pid, started in rows):
             return []
         return [pid for pid, _ in rows]
 

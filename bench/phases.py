@@ -21,8 +21,9 @@ it, in microseconds per message:
 - publish:              packing the script calls, the pipeline's round trip,
                         reading the replies and turning them into outcomes
                         (`deliver`, less the outcome write it calls); Redis's
-                        CPU is given for the whole run, as Redis works only in
-                        this step;
+                        CPU is given for the whole run, as Redis works in
+                        this step (and for the gate's `PING` and the bench's
+                        own `INFO`, which are negligible);
 - record:               the outcome writes (also a release after `deliver`);
 - handler, the rest:    event parsing, deadline, metrics and the summary log.
 
@@ -69,6 +70,7 @@ class BackendCpu:
 
     def __init__(self, pid: int | None) -> None:
         self.fd: int | None = None
+        self.lost = False
         if pid is not None:
             try:
                 self.fd = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)
@@ -76,11 +78,14 @@ class BackendCpu:
                 self.fd = None
 
     def read(self) -> int | None:
+        """The figure, or None when unknown; once a read fails (the backend's
+        connection was replaced and its process is gone), `lost` stays set."""
         if self.fd is None:
             return None
         try:
             return int(os.pread(self.fd, 128, 0).split()[0])
         except (OSError, IndexError, ValueError):
+            self.lost = True
             return None
 
     def close(self) -> None:
@@ -111,9 +116,8 @@ class _Clock:
     def mark(self, name: str, backend: bool = True) -> None:
         self.marks[name] = self.now(backend)
 
-    def add(self, step: str, start: Sample) -> None:
-        """Add the time since `start` (from `now()`) to `step`."""
-        end = self.now()
+    def add(self, step: str, start: Sample, end: Sample) -> None:
+        """Add the time from `start` to `end` (both from `now()`) to `step`."""
         total = self.sums.setdefault(step, [0.0, 0.0, 0.0])
         total[0] += end[0] - start[0]
         total[1] += end[1] - start[1]
@@ -162,9 +166,10 @@ def _hooks(clock: _Clock) -> Iterator[None]:
                 finally:
                     if step == "deliver":
                         clock.in_deliver = False
-                    clock.add(step, start)
+                    end = clock.now()
+                    clock.add(step, start, end)
                     if step == "record" and inside:
-                        clock.add("record in deliver", start)
+                        clock.add("record in deliver", start, end)
             return wrapper
         return make
 
@@ -276,6 +281,7 @@ def run_phases(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ..
                         first_row_ms.append((m["claim first row"][0] - m["claim"][0]) * 1e3)
                         rows_ms.append((m["claim rows end"][0] - m["claim first row"][0]) * 1e3)
         finally:
+            pg_known = pg_known and not backend.lost
             backend.close()
         wall = time.perf_counter() - started
         redis1 = redis_cpu_seconds(env.redis)

@@ -186,6 +186,8 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
                       _fmt(r["instructions_per_message"]))
         console.print(t)
     ph = results.get("phases")
+    if ph and ph["steps"][1]["step"] != "claim, first row":
+        ph = None  # a results file from before the steps were renamed: shown as its own JSON only
     if ph:
         t = Table(title=f"Phases of one invocation: batch {ph['batch_size']:,}, {ph['messages']:,} messages, "
                         f"{_fmt(ph['messages_per_second'])} msg/s with the hooks; µs per message")
@@ -291,6 +293,8 @@ def markdown(results: dict[str, Any]) -> str:
                        f"batch {r['batch_size']:,}: {r['instructions_per_message']:,}" for r in ins["runs"]) + ".")
         out.append("")
     ph = results.get("phases")
+    if ph and ph["steps"][1]["step"] != "claim, first row":
+        ph = None  # a results file from before the steps were renamed
     if ph:
         out.append(f"Phases of one invocation (`python -m bench phases`; batch {ph['batch_size']:,}, "
                    f"{ph['messages']:,} messages, {ph['messages_per_second']:,.0f} msg/s with the hooks"

@@ -49,11 +49,13 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     # the first-row hook fired: the claim is split into the server's part and the rows' part
     assert steps["claim, first row"]["wall_us"] > 0 and steps["claim, the rows"]["wall_us"] > 0
     assert phases["claim_first_row_ms_median"] > 0 and phases["claim_rows_ms_median"] > 0
-    # the steps cover the invocations, nothing counted twice: their sum is at most the
-    # drain loop's time per message (which also holds the last, empty invocation)
+    # "the rest" is each invocation's time less the other steps, so the steps add up to
+    # the invocations' time, part of the loop's (which also holds the last, empty one);
+    # a step counted twice would make "the rest" negative
     loop_us = 1e6 / phases["messages_per_second"]
     assert 0.5 * loop_us < phases["sum_wall_us"] <= loop_us * 1.001
     assert all(st["wall_us"] >= 0 and st["relay_cpu_us"] >= 0 for st in steps.values())
+    assert steps["handler, the rest"]["wall_us"] > 0
     if steps["record"]["postgresql_cpu_us"] is not None:  # PostgreSQL on this host
         assert steps["claim, first row"]["postgresql_cpu_us"] > 0 and steps["record"]["postgresql_cpu_us"] > 0
         assert steps["publish"]["postgresql_cpu_us"] < steps["record"]["postgresql_cpu_us"]
