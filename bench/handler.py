@@ -60,10 +60,20 @@ class Relay:
 def bench_environment(env: BenchEnv, batch_size: int, channel: str = "redis",
                       extra: dict[str, str | None] | None = None) -> dict[str, str | None]:
     """Environment variables of a relay function pointed at the bench database."""
+    values = probe_environment(env.database_url, env.servers.redis_url, batch_size, channel)
+    values.update(extra or {})
+    return values
+
+
+def probe_environment(database_url: str, redis_url: str, batch_size: int,
+                      channel: str = "redis") -> dict[str, str | None]:
+    """Environment variables of a relay function on the given servers: every
+    OUTBOX_ setting of this process unset, then the channel and batch size;
+    probe processes (memory, instructions) get the URLs rather than a `BenchEnv`."""
     values: dict[str, str | None] = {k: None for k in os.environ if k.startswith("OUTBOX_")}
     values.update({
-        "DATABASE_URL": env.database_url,
-        "REDIS_URL": env.servers.redis_url,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
         "DATABASE_SECRET_ARN": None,
         "REDIS_URL_SECRET_ARN": None,
         "OUTBOX_CHANNEL": channel,
@@ -71,18 +81,6 @@ def bench_environment(env: BenchEnv, batch_size: int, channel: str = "redis",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayBench",
     })
-    values.update(extra or {})
-    return values
-
-
-def probe_environment(database_url: str, redis_url: str, batch_size: int) -> dict[str, str | None]:
-    """Environment variables of a Redis relay in a probe process (memory, instructions),
-    which gets the bench database's URL rather than a `BenchEnv`."""
-    values: dict[str, str | None] = {k: None for k in os.environ if k.startswith("OUTBOX_")}
-    values.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "OUTBOX_CHANNEL": "redis",
-                   "OUTBOX_BATCH_SIZE": str(batch_size), "POWERTOOLS_TRACE_DISABLED": "true",
-                   "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayBench", "DATABASE_SECRET_ARN": None,
-                   "REDIS_URL_SECRET_ARN": None})
     return values
 
 

@@ -60,9 +60,14 @@ def probe(database_url: str, redis_url: str, batch_size: int, signals: Path) -> 
             _wait_for(signals / "stop")
 
 
-def _wait_for(path: Path, timeout: float = 600.0) -> None:
+def _wait_for(path: Path, proc: subprocess.Popen | None = None, timeout: float = 600.0) -> None:
+    """Wait until `path` exists; raise if `proc` (the probe, when given) exits first
+    or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
     while not path.exists():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"callgrind probe exited early ({proc.returncode}): "
+                               f"{(proc.stderr.read() if proc.stderr else '')[-2000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout:.0f} s for {path.name}")
         time.sleep(0.05)
@@ -102,10 +107,10 @@ def _count(env: BenchEnv, batch_size: int, messages: int) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, cwd=str(Path(__file__).resolve().parent.parent),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            _wait_for_or_exit(signals / "ready", proc)
+            _wait_for(signals / "ready", proc, timeout=900.0)
             _control("on", proc.pid)
             (signals / "go").touch()
-            _wait_for_or_exit(signals / "done", proc)
+            _wait_for(signals / "done", proc, timeout=900.0)
             _control("off", proc.pid)
             delivered, invocations = map(int, (signals / "done").read_text().split())
             (signals / "stop").touch()
@@ -123,17 +128,6 @@ def _count(env: BenchEnv, batch_size: int, messages: int) -> dict[str, Any]:
     return {"batch_size": batch_size, "messages": delivered, "invocations": invocations,
             "instructions": instructions,
             "instructions_per_message": round(instructions / delivered) if delivered else None}
-
-
-def _wait_for_or_exit(path: Path, proc: subprocess.Popen, timeout: float = 900.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"callgrind probe exited early ({proc.returncode}): "
-                               f"{(proc.stderr.read() if proc.stderr else '')[-2000:]}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"callgrind probe: waited {timeout:.0f} s for {path.name}")
-        time.sleep(0.1)
 
 
 def _control(state: str, pid: int) -> None:

@@ -185,9 +185,7 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
             t.add_row(_fmt(r["batch_size"]), _fmt(r["messages"]), _fmt(r["invocations"]), _fmt(r["instructions"]),
                       _fmt(r["instructions_per_message"]))
         console.print(t)
-    ph = results.get("phases")
-    if ph and ph["steps"][1]["step"] != "claim, first row":
-        ph = None  # a results file from before the steps were renamed: shown as its own JSON only
+    ph = _phases(results)
     if ph:
         t = Table(title=f"Phases of one invocation: batch {ph['batch_size']:,}, {ph['messages']:,} messages, "
                         f"{_fmt(ph['messages_per_second'])} msg/s with the hooks; µs per message")
@@ -211,6 +209,13 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
             t.add_row(c["target"], c["goal"], _fmt(c["measured"]),
                       "–" if met is None else ("[green]yes[/green]" if met else "[red]no[/red]"))
         console.print(t)
+
+
+def _phases(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The phases section, unless it comes from a results file written before
+    its steps were renamed (its figures meant something else)."""
+    ph = results.get("phases")
+    return ph if ph and ph["steps"][1]["step"] == "claim, first row" else None
 
 
 def _when(section: dict[str, Any]) -> str:
@@ -292,9 +297,7 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_when(ins)}): " + ", ".join(
                        f"batch {r['batch_size']:,}: {r['instructions_per_message']:,}" for r in ins["runs"]) + ".")
         out.append("")
-    ph = results.get("phases")
-    if ph and ph["steps"][1]["step"] != "claim, first row":
-        ph = None  # a results file from before the steps were renamed
+    ph = _phases(results)
     if ph:
         out.append(f"Phases of one invocation (`python -m bench phases`; batch {ph['batch_size']:,}, "
                    f"{ph['messages']:,} messages, {ph['messages_per_second']:,.0f} msg/s with the hooks"
