@@ -1,1 +1,1 @@
-"""Benchmarks of the outbox relay: `python -m bench --help` (see the README, section Benchmark)."""
+"""Benchmarks of the outbox relay: `python -m bench --help` (docs/benchmark.md)."""

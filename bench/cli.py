@@ -24,7 +24,7 @@ from rich.console import Console
 from . import payloads, report
 from .env import BenchEnv, machine_info
 
-SECTIONS = ("drain", "baseline", "phases", "concurrency", "growth", "memory", "ses")
+SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "growth", "memory", "ses")
 
 
 def _ints(value: str) -> list[int]:
@@ -41,13 +41,23 @@ class Config:
     """Sizes of every section; `--quick` shrinks them all."""
 
     def __init__(self, quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
-                 processes: str | None, streams: int) -> None:
+                 processes: str | None, streams: int, rates: str | None = None,
+                 latency_seconds: float | None = None) -> None:
         self.quick = quick
         self.n = n or (1_000 if quick else 50_000)
         self.batch_sizes = _ints(batch_sizes) if batch_sizes else [10, 100, 500, 1000, 5000]
         self.baseline_n = baseline_n or (200 if quick else min(self.n, 5_000))
         self.processes = _ints(processes) if processes else ([1, 2] if quick else [1, 2, 4, 8])
         self.concurrency_batch = 1000
+        self.limit_batch = 1000
+        self.drain_batch_sizes = _ints(batch_sizes) if batch_sizes else [100, 1000]
+        self.ordering = dict(batch_size=max(self.batch_sizes) if batch_sizes else 1000, key_counts=[10_000, 100, 1],
+                             rounds=1 if quick else 3)
+        self.latency = dict(
+            rates=_ints(rates) if rates else ([100, 1000] if quick else [100, 1000, 10000]),
+            seconds=latency_seconds or (8.0 if quick else 130.0),
+            period=3.0 if quick else 30.0, timeout=5.0 if quick else 40.0, margin=1.0 if quick else 5.0,
+            batch_size=1000, idle_seconds=2.0 if quick else 10.0, idle_history=5_000 if quick else 100_000)
         self.streams = payloads.STREAMS[:max(1, min(streams, len(payloads.STREAMS)))]
         self.growth = (dict(small=1_000, large=5_000, pending_small=200, pending_large=200, many_pending=2_000,
                             claims=10, claim_batch=10) if quick else
@@ -59,6 +69,10 @@ class Config:
         self.instruction_messages = n or (200 if quick else 5_000)
         self.phases_batch = 1000 if not batch_sizes else max(self.batch_sizes)
         self.phases_n = n or (2_000 if quick else 20_000)
+        self.redis = dict(n=n or (2_000 if quick else 20_000),
+                          batch_size=max(self.batch_sizes) if batch_sizes else 1000,
+                          streams=10 if quick else 100, failover_n=n or (2_000 if quick else 20_000),
+                          wait_samples=50 if quick else 500)
 
 
 def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix: str, keep: bool,
@@ -69,7 +83,11 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
         results["machine"] = machine_info() | env.server_versions()
         results["command"] = "python -m bench " + " ".join(sys.argv[1:])
         steps: dict[str, Callable[[], Any]] = {
+            "limit": lambda: _limit(env, cfg, console),
             "drain": lambda: _drain(env, cfg, console),
+            "latency": lambda: _latency(env, cfg, console),
+            "ordering": lambda: _ordering(env, cfg, console),
+            "batches": lambda: _batches(env, cfg, console),
             "baseline": lambda: _baseline(env, cfg, console),
             "concurrency": lambda: _concurrency(env, cfg, console),
             "growth": lambda: _growth(env, cfg, console),
@@ -77,6 +95,7 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "ses": lambda: _ses(env, cfg, console),
             "instructions": lambda: _instructions(env, cfg, console),
             "phases": lambda: _phases(env, cfg, console),
+            "redis": lambda: _redis(env, cfg, console),
         }
         for name in sections:
             console.print(f"[bold]{name}[/bold] …")
@@ -87,11 +106,14 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             results[name]["section_seconds"] = round(time.perf_counter() - t, 1)
             results[name]["started_at"] = started_at
             results[name]["load_average_at_start"] = load
+            results[name]["run"] = results["machine"]["date"]
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     path = report.write(results, out)
     merged = report.json.loads(path.read_text())
     report.show({k: v for k, v in merged.items() if k in results or k in ("targets",)}, console)
     console.print(f"results written to {path}")
+    if out.resolve() == report.LATEST.resolve():
+        console.print(f"{report.write_docs(merged)} written from them")
     return merged
 
 
@@ -106,18 +128,69 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _limit(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .limit import run_limit
+
+    result = run_limit(env, n=cfg.n, batch_size=cfg.limit_batch, streams=cfg.streams)
+    for r in result["runs"]:
+        console.print(f"  {r['processes']} process{'es' if r['processes'] > 1 else ''}: "
+                      f"{r['messages_per_second']:,.1f} msg/s")
+    return result
+
+
 def _drain(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
-    from .drain import drain
+    from .drain import run_drain
+
+    result = run_drain(env, n=cfg.n, batch_sizes=cfg.drain_batch_sizes, streams=cfg.streams)
+    for r in result["runs"]:
+        console.print(f"  drain mode, batch {r['batch_size']:>5,}: {r['messages_per_second']:>9,.1f} msg/s "
+                      f"in one invocation ({r['batches']} batches)")
+    two = result["two_invocations"]
+    console.print(f"  two invocations at once, batch {two['batch_size']:,}: {two['messages_per_second']:,.1f} msg/s")
+    return result
+
+
+def _latency(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .latency import run_latency
+
+    result = run_latency(env, streams=cfg.streams, **cfg.latency)
+    for r in result["runs"]:
+        lag = r["lag_ms"]
+        console.print(f"  offered {r['offered_per_second']:>6,}/s: delivered {r['delivered_per_second']:,.1f}/s, "
+                      f"lag p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms over {r['handovers']} "
+                      f"handovers{'' if r['sustained'] else ' (not sustained)'}")
+    idle = result["idle"]
+    console.print(f"  idle: {idle['statements_per_poll']} statements and {idle['redis_round_trips_per_poll']} Redis "
+                  f"round trips per poll, {idle['polls_per_second']} polls/s")
+    return result
+
+
+def _ordering(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .ordering import run_ordering
+
+    result = run_ordering(env, n=cfg.n, streams=cfg.streams, **cfg.ordering)
+    for r in result["runs"]:
+        keys = "no keys" if r["keys"] is None else f"{r['keys']:,} key{'s' if r['keys'] > 1 else ''}"
+        console.print(f"  {keys:>12}: {r['messages_per_second']:>9,.1f} msg/s ({r['vs_keyless']:.2f}x keyless), "
+                      f"{r['check']['order_violations']} out of order")
+    two = result["two_invocations"]
+    console.print(f"  two invocations over {two['keys']:,} keys: {two['messages_per_second']:,.1f} msg/s "
+                  f"({two['vs_one_invocation']:.2f}x one), {two['check']['order_violations']} out of order")
+    return result
+
+
+def _batches(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .drain import batches
 
     runs = []
     for b in cfg.batch_sizes:
-        run = drain(env, n=cfg.n, batch_size=b, streams=cfg.streams)
+        run = batches(env, n=cfg.n, batch_size=b, streams=cfg.streams)
         console.print(f"  batch {b:>5,}: {run['messages_per_second']:>9,.1f} msg/s "
                       f"({run['statements_per_batch']['max']} statements, "
                       f"{run['redis_round_trips_per_batch']['max']} Redis round trips per batch)")
         runs.append(run)
-    return {"messages": cfg.n, "streams": list(cfg.streams), "level": "real handler (functions/relay/app.py)",
-            "runs": runs}
+    return {"messages": cfg.n, "streams": list(cfg.streams), "mode": "batch",
+            "level": "real handler (functions/relay/app.py)", "runs": runs}
 
 
 def _baseline(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
@@ -186,6 +259,22 @@ def _instructions(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any
     return result
 
 
+def _redis(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .redis_on_aws import run_redis
+
+    result = run_redis(env, **cfg.redis)
+    if result.get("skipped"):
+        console.print(f"  skipped: {result['skipped']}")
+        return result
+    for r in result["runs"]:
+        console.print(f"  {r['topology']}, WAIT {r['wait_replicas']}: {r['messages_per_second']:,.1f} msg/s "
+                      f"({r['redis_round_trips_per_batch']} Redis round trips per batch)")
+    f = result["failover"]
+    console.print(f"  failover mid-drain, WAIT 1: {f['recorded_delivered_and_missing']} recorded delivered and "
+                  f"missing, {f['duplicate_entries']} duplicate entries")
+    return result
+
+
 def _common(f: Callable) -> Callable:
     options = [
         click.option("--quick", is_flag=True, help="Small sizes: a smoke run of every part (about a minute)."),
@@ -194,6 +283,10 @@ def _common(f: Callable) -> Callable:
         click.option("--baseline-n", type=int, default=None, help="Messages for the per-row baseline "
                      "(default min(n, 5,000); its rate does not depend on the backlog size)."),
         click.option("--processes", default=None, help="Process counts for concurrency (default 1,2,4,8)."),
+        click.option("--rates", default=None, help="Offered rates of the latency section, msg/s (default "
+                     "100,1000,10000; the highest is lowered until the machine sustains it)."),
+        click.option("--latency-seconds", type=float, default=None,
+                     help="How long the producer runs at each rate (default 130; quick 8)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
@@ -210,16 +303,16 @@ def _common(f: Callable) -> Callable:
 
 @click.group()
 def main() -> None:
-    """Benchmarks of the outbox relay (see the README, section Benchmark)."""
+    """Benchmarks of the outbox relay (docs/benchmark.md)."""
 
 
 def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
     @main.command(name=name, help=help_text)
     @_common
     def command(quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
-                processes: str | None, streams: int, database_name: str, prefix: str, keep: bool,
-                out: Path) -> None:
-        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams)
+                processes: str | None, rates: str | None, latency_seconds: float | None, streams: int,
+                database_name: str, prefix: str, keep: bool, out: Path) -> None:
+        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds)
         merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
                               out=out, console=_console())
         failed = [s for s in sections if isinstance(merged.get(s), dict) and not _checks_ok(merged[s])]
@@ -242,16 +335,29 @@ def _checks_ok(section: dict[str, Any]) -> bool:
     return all(r.get("check", {}).get("ok", True) for r in runs)
 
 
-_make("all", SECTIONS, "Every section: drain, baseline, phases, concurrency, growth, memory, SES.")
-_make("drain", ("drain",), "Drain throughput of the Redis channel per batch size.")
+_make("all", SECTIONS, "Every section: limit, drain, latency, ordering, batches, baseline, phases, concurrency, growth, "
+      "memory, SES.")
+_make("limit", ("limit",), "The minimal loop (claim 1,000, pipelined XADD, one UPDATE), one process and two.")
+_make("drain", ("limit", "drain"), "The minimal loop, then drain mode in one invocation at batch 100 and 1,000 "
+      "(or --batch-sizes) and in two at once, as ratios to it.")
+_make("latency", ("limit", "latency"), "Commit-to-stream lag under a steady offered rate with latency-mode "
+      "invocations handing over every period, and the idle cost.")
+_make("ordering", ("limit", "ordering"), "Per-key ordering's cost: one drain-mode invocation at batch 1,000 "
+      "without keys and over 10,000, 100 and 1 keys (median of 3 interleaved rounds), and two at once over "
+      "10,000 keys; order checked in the stream.")
+_make("throughput", ("limit", "drain", "ordering", "batches"), "The minimal loop, drain mode, ordering keys and "
+      "batch mode in one run, so every throughput figure has its ratio to the same run's minimal loop.")
+_make("batches", ("limit", "batches"), "Batch mode (one batch per invocation) back to back, per batch size.")
 _make("baseline", ("baseline",), "The per-row worker this project replaces.")
-_make("compare", ("drain", "baseline"), "Drain per batch size and the per-row baseline, in one run.")
+_make("compare", ("limit", "batches", "baseline"), "Batch mode per batch size and the per-row baseline, in one run.")
 _make("phases", ("phases",), "Where one invocation's time goes, step by step: batch 1,000 (or the largest "
       "of --batch-sizes), 20,000 messages (or --n; 2,000 with --quick).")
 _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlog; duplicates checked.")
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
+_make("redis", ("redis",), "Redis as on AWS, on servers of its own: one node vs a cluster of 3 primaries, WAIT 1 vs "
+      "none (batch 1,000 over 100 streams, 20,000 messages), a primary killed mid-drain with WAIT 1; not part of all.")
 _make("instructions", ("instructions",), "Relay-process instructions per message (valgrind callgrind; "
       "default batch 10 and 1,000, 5,000 messages); not part of all.")
 
@@ -271,7 +377,7 @@ def instructions_probe(database_url: str, redis_url: str, batch_size: int, signa
 @main.command(name="show")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=report.LATEST,
               show_default=True)
-@click.option("--markdown", is_flag=True, help="Markdown tables, as quoted in the README (Benchmark, Latest figures).")
+@click.option("--markdown", is_flag=True, help='Markdown tables, as in docs/benchmark.md, "Latest figures".')
 def show(path: Path, markdown: bool) -> None:
     """Print the figures of a results file (default: the latest run)."""
     results = report.json.loads(path.read_text())
@@ -280,6 +386,15 @@ def show(path: Path, markdown: bool) -> None:
         click.echo(report.markdown(results))
     else:
         report.show(results, _console())
+
+
+@main.command(name="docs")
+@click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=report.LATEST,
+              show_default=True)
+def docs(path: Path) -> None:
+    """Write docs/benchmark.md again from a results file (after editing bench/method.md)."""
+    written = report.write_docs(report.json.loads(path.read_text()))
+    click.echo(f"{written} written from {path}")
 
 
 @main.command(name="memory-probe", hidden=True)

@@ -19,9 +19,11 @@ from typing import Any
 from .env import BenchEnv
 
 
-def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out: Any) -> None:
-    """One process: a warm relay container, then invocations until one claims nothing."""
-    from outbox_relay.local import Servers
+def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out: Any,
+            extra_env: dict[str, str] | None = None, timeout_seconds: float = 60.0, once: bool = False) -> None:
+    """One process: a warm relay container, then invocations until one claims
+    nothing (or, with `once`, a single invocation)."""
+    from outbox_tools.servers import Servers
 
     from .handler import relay
 
@@ -30,7 +32,7 @@ def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out:
                    admin_url=env_args["database_url_admin"], database_url=env_args["database_url"])
     delivered = invocations = lease_lost = 0
     try:
-        with relay(env, batch_size) as r:
+        with relay(env, batch_size, extra_env=extra_env, timeout_seconds=timeout_seconds) as r:
             ready.release()
             go.wait()
             started = time.perf_counter()
@@ -39,7 +41,7 @@ def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out:
                 invocations += 1
                 delivered += result["delivered"]
                 lease_lost += result["lease_lost"]
-                if result["claimed"] == 0:
+                if result["claimed"] == 0 or once:
                     break
             out.put({"delivered": delivered, "invocations": invocations, "lease_lost": lease_lost,
                      "seconds": time.perf_counter() - started, "error": None})
@@ -52,8 +54,11 @@ def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out:
 
 
 def run_concurrency(env: BenchEnv, *, n: int, batch_size: int, processes: list[int],
-                    streams: tuple[str, ...]) -> dict[str, Any]:
-    """Drain `n` messages with each process count in `processes`."""
+                    streams: tuple[str, ...], extra_env: dict[str, str] | None = None,
+                    timeout_seconds: float = 60.0, once: bool = False, keys: int | None = None) -> dict[str, Any]:
+    """Drain `n` messages (keyless, or over `keys` ordering keys) with each
+    process count in `processes` (each process a container; `once`: one
+    invocation each, as in drain mode)."""
     from .drain import prepare_backlog
 
     ctx = mp.get_context("spawn")
@@ -63,14 +68,15 @@ def run_concurrency(env: BenchEnv, *, n: int, batch_size: int, processes: list[i
     for k in processes:
         env.reset_table()  # the warm-up invocations find nothing to claim
         ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(env_args, batch_size, ready, go, out), daemon=True)
+        procs = [ctx.Process(target=_worker, args=(env_args, batch_size, ready, go, out, extra_env,
+                                                   timeout_seconds, once), daemon=True)
                  for _ in range(k)]
         for p in procs:
             p.start()
         for _ in procs:
             if not ready.acquire(timeout=120):
                 raise RuntimeError("a relay process did not start within 120 s")
-        prepare_backlog(env, n, streams)
+        prepare_backlog(env, n, streams, keys)
         started = time.perf_counter()
         go.set()
         reports = [out.get(timeout=1800) for _ in procs]

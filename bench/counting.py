@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import redis as redis_lib
 from sqlalchemy import Engine, event
 
 
@@ -40,10 +39,17 @@ class RoundTripCounter:
     """Counts Redis round trips of a client: one per packed send on the wire
     (a command, or a whole pipeline). Install before the client connects."""
 
-    def __init__(self, client: redis_lib.Redis) -> None:
+    def __init__(self, client: Any) -> None:
         self.count = 0
+        if hasattr(client, "get_nodes"):  # a RedisCluster: every node's own client, as known now
+            pools = [client.get_redis_connection(node).connection_pool for node in client.get_nodes()]
+        else:
+            pools = [client.connection_pool]
+        for pool in pools:
+            self._install(pool)
+
+    def _install(self, pool: Any) -> None:
         counter = self
-        pool = client.connection_pool
         base = pool.connection_class
 
         class CountingConnection(base):  # type: ignore[misc, valid-type]
@@ -54,6 +60,9 @@ class RoundTripCounter:
         CountingConnection.__name__ = f"Counting{base.__name__}"
         pool.disconnect()
         pool.connection_class = CountingConnection
+        # A pool keeps its disconnected connection objects for reuse (of the old class):
+        # drop them, so that every later connection counts.
+        pool.reset()
 
     def take(self) -> int:
         n, self.count = self.count, 0

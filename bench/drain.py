@@ -1,5 +1,9 @@
-"""Drain throughput of the Redis channel: N messages enqueued, then relay
-invocations back to back, in this process, until one claims nothing.
+"""Drain throughput of the Redis channel.
+
+`run_drain`: one invocation in drain mode (OUTBOX_MODE=drain, pipelined) over a
+backlog of N messages, at each batch size, and two such invocations at once in
+two processes. `batches`: invocations in batch mode back to back, in this
+process, until one claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
 excluded). Each invocation is the real handler (see `handler`). Per
@@ -19,12 +23,12 @@ from .env import BenchEnv, CpuMeter
 from .handler import Relay, relay
 
 
-def prepare_backlog(env: BenchEnv, n: int, streams: tuple[str, ...]) -> float:
-    """Empty the table and the prefix, enqueue `n` messages, VACUUM ANALYZE, CHECKPOINT.
-    Returns the enqueue seconds."""
+def prepare_backlog(env: BenchEnv, n: int, streams: tuple[str, ...], keys: int | None = None) -> float:
+    """Empty the table and the prefix, enqueue `n` messages (keyless, or over
+    `keys` ordering keys), VACUUM ANALYZE, CHECKPOINT. Returns the enqueue seconds."""
     env.reset_table()
     env.clean_redis()
-    seconds = env.enqueue(n, streams=streams)
+    seconds = env.enqueue(n, streams=streams, keys=keys)
     env.vacuum_analyze()
     checkpoint(env)
     return seconds
@@ -39,8 +43,49 @@ def checkpoint(env: BenchEnv) -> None:
         pass
 
 
-def drain(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
-    """Drain `n` messages at `batch_size`; returns the figures of that run."""
+DRAIN_ENV = {"OUTBOX_MODE": "drain", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": "600", "OUTBOX_LEASE_SECONDS": "900"}
+
+
+def run_drain(env: BenchEnv, *, n: int, batch_sizes: list[int], streams: tuple[str, ...]) -> dict[str, Any]:
+    """Drain mode: one invocation per batch size, then two at once at the largest."""
+    runs = [one_invocation(env, n=n, batch_size=b, streams=streams) for b in batch_sizes]
+    from .concurrency import run_concurrency
+
+    two = run_concurrency(env, n=n, batch_size=max(batch_sizes), processes=[2], streams=streams,
+                          extra_env=DRAIN_ENV, timeout_seconds=600, once=True)["runs"][0]
+    two |= {"batch_size": max(batch_sizes), "invocations": 2}
+    return {"messages": n, "streams": list(streams), "mode": "drain", "runs": runs, "two_invocations": two}
+
+
+def one_invocation(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...],
+                   keys: int | None = None) -> dict[str, Any]:
+    """One drain-mode invocation over a backlog of `n` (keyless, or over `keys` ordering keys)."""
+    with relay(env, batch_size, timeout_seconds=600, extra_env=DRAIN_ENV) as r:
+        prepare_backlog(env, n, streams, keys)
+        warm(r)
+        meter = CpuMeter(env.backend_pids(), env.redis)
+        with meter:
+            started = time.perf_counter()
+            result = r.invoke()
+            wall = time.perf_counter() - started
+        statements = r.statements.take()
+        trips = r.round_trips.take() if r.round_trips is not None else 0
+    counts = env.counts()
+    entries = sum(env.redis.xlen(s) for s in env.stream_names())
+    batches = max(1, result["batches"])
+    return {
+        "batch_size": batch_size, "invocations": 1, "processes": 1, "messages": n, "delivered": result["delivered"],
+        "wall_seconds": round(wall, 3), "messages_per_second": round(result["delivered"] / wall, 1),
+        "batches": result["batches"], "statements_per_batch": round(statements / batches, 2),
+        "redis_round_trips_per_batch": round(trips / batches, 2),
+        "cpu_us_per_message": meter.per_message_us(result["delivered"]),
+        "check": {"rows_delivered": counts.get("delivered", 0), "stream_entries": entries,
+                  "ok": counts.get("delivered", 0) == n == result["delivered"] == entries},
+    }
+
+
+def batches(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
+    """Batch mode: drain `n` messages with invocations back to back at `batch_size`."""
     with relay(env, batch_size) as r:
         enqueue_seconds = prepare_backlog(env, n, streams)
         invocations: list[tuple[int, int, int, int, float]] = []

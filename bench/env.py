@@ -23,9 +23,9 @@ import redis as redis_lib
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from outbox_relay.local import Servers, create_database, drop_database, find_servers, with_database
-from outbox_relay.migrate import upgrade
+from outbox_migrations import upgrade
 from outbox_relay.producer import enqueue_events_bulk
+from outbox_tools.servers import Servers, create_database, drop_database, find_servers, with_database
 
 from . import payloads
 
@@ -94,14 +94,15 @@ class BenchEnv:
             conn.execute(text("VACUUM ANALYZE outbox_message"))
 
     def enqueue(self, n: int, *, streams: tuple[str, ...] = payloads.STREAMS[:1], seed: int = 6,
-                chunk: int = 5000) -> float:
+                chunk: int = 5000, keys: int | None = None) -> float:
         """Enqueue `n` ~1 KB events through the producer API (`enqueue_events_bulk`),
-        in transactions of `chunk` messages. Returns the seconds it took."""
+        in transactions of `chunk` messages, keyless or over `keys` ordering keys.
+        Returns the seconds it took."""
         started = time.perf_counter()
         engine = create_engine(self.database_url, poolclass=NullPool)
         try:
             batch: list[dict[str, Any]] = []
-            for event in payloads.events(n, seed=seed, streams=streams, prefix=self.prefix):
+            for event in payloads.events(n, seed=seed, streams=streams, prefix=self.prefix, keys=keys):
                 batch.append(event)
                 if len(batch) >= chunk:
                     with engine.begin() as conn:
@@ -167,20 +168,21 @@ class BenchEnv:
         return sorted(k for k in self.redis.scan_iter(match=f"{self.prefix}*", count=2000)
                       if self.redis.type(k) == "stream")
 
+    def stream_entries(self, stream: str) -> Iterator[dict[str, str]]:
+        """The fields of every entry of `stream`, in stream order, read in pages."""
+        last = "-"
+        while True:
+            entries = self.redis.xrange(stream, min=last, max="+", count=5000)
+            if last != "-":
+                entries = entries[1:]
+            if not entries:
+                return
+            yield from (fields for _, fields in entries)
+            last = entries[-1][0]
+
     def stream_message_ids(self) -> list[str]:
         """The `id` field (outbox message id) of every entry of every bench stream."""
-        ids: list[str] = []
-        for stream in self.stream_names():
-            last = "-"
-            while True:
-                entries = self.redis.xrange(stream, min=last, max="+", count=5000)
-                if last != "-":
-                    entries = entries[1:]
-                if not entries:
-                    break
-                ids.extend(fields["id"] for _, fields in entries)
-                last = entries[-1][0]
-        return ids
+        return [fields["id"] for stream in self.stream_names() for fields in self.stream_entries(stream)]
 
     def close(self) -> None:
         if self._engine is not None:

@@ -37,7 +37,7 @@ CREATE_TEMPLATES = text("CREATE TABLE IF NOT EXISTS bench_payload (i int PRIMARY
 
 # Rows with status `delivered` (or `pending`), payloads cycled from the templates,
 # created in the past so that pending rows are due. Bodies and states in one
-# statement, as the producer API writes them (see sql.INSERT_MESSAGES_BULK).
+# statement, as the producer API writes them (see sql.producer.insert_messages_bulk).
 SEED_ROWS = text(
     """
     WITH src AS MATERIALIZED (
@@ -71,10 +71,9 @@ def _plan_nodes(plan: dict) -> list[dict]:
 
 def claim_plan(env: BenchEnv, limit: int) -> dict[str, Any]:
     """EXPLAIN (not executed) of the claim: indexes used per scan, and no Seq Scan of the outbox."""
-    params = {"channel": "redis", "limit": limit, "owner": "explain", "lease_seconds": 120.0,
-              "default_max_attempts": 10, "max_bytes": 32 * 1024 * 1024}
+    params = LeaseStore(env.engine, Channel.REDIS, default_max_attempts=10).claim_parameters("explain", limit, 120.0)
     with env.engine.connect() as conn:
-        (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.CLAIM.text), params).one()
+        (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.relay.claim.text), params).one()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     scans = [n for n in _plan_nodes(plan) if n.get("Relation Name") == "outbox_message"]
     indexes = sorted({n.get("Index Name") for n in scans if n.get("Index Name")})

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from outbox_relay import observability as obs
 from outbox_relay import runtime
-from outbox_relay.local import LocalContext, environment, load_handler, project_root
+from outbox_tools.lambda_local import LocalContext, environment, load_handler, project_root
 
 from .counting import RoundTripCounter, StatementCounter
 from .env import BenchEnv

@@ -34,7 +34,7 @@ def probe(database_url: str, redis_url: str, batch_size: int, signals: Path) -> 
     """Run in the probe process: warm up, wait for `go`, drain, write `done`, wait for `stop`."""
     from outbox_relay import observability as obs
     from outbox_relay import runtime
-    from outbox_relay.local import LocalContext, environment, load_handler
+    from outbox_tools.lambda_local import LocalContext, environment, load_handler
 
     from .handler import probe_environment, schedule_event
 

@@ -40,7 +40,7 @@ def probe(database_url: str, redis_url: str, batch_size: int) -> dict[str, Any]:
     """Run in the probe process: one cold invocation of the real handler."""
     from outbox_relay import observability as obs
     from outbox_relay import runtime
-    from outbox_relay.local import LocalContext, environment, load_handler
+    from outbox_tools.lambda_local import LocalContext, environment, load_handler
 
     from .handler import probe_environment, schedule_event
 

@@ -79,19 +79,23 @@ def order_placed(rng: random.Random, i: int) -> dict[str, Any]:
 
 
 def events(n: int, *, seed: int = 6, streams: tuple[str, ...] = STREAMS[:1],
-           prefix: str = "bench.") -> Iterator[dict[str, Any]]:
+           prefix: str = "bench.", keys: int | None = None) -> Iterator[dict[str, Any]]:
     """`n` keyword-argument mappings for `producer.enqueue_events_bulk`.
 
     Streams are taken round-robin from `streams`, renamed under `prefix` so a
-    benchmark never writes outside its own key space.
+    benchmark never writes outside its own key space. Without `keys` the
+    events carry no ordering key; with it, each takes one of `keys` distinct
+    keys at random (from its own seeded generator, so the payloads are the
+    same either way).
     """
     rng = random.Random(seed)
+    key_rng = random.Random(seed + 1)
     names = [prefix + s.removeprefix("bench.") for s in streams]
     for i in range(n):
         payload = order_placed(rng, i)
         yield {
             "stream": names[i % len(names)],
             "type": "order.placed",
-            "key": payload["customer"]["customer_id"],
+            "key": None if keys is None else f"order-{key_rng.randrange(keys)}",
             "payload": payload,
         }

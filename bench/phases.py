@@ -50,6 +50,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import pg8000.core
+
 from outbox_relay import store as store_module
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 

@@ -11,15 +11,38 @@ from rich.table import Table
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LATEST = RESULTS_DIR / "latest.json"
+METHOD = Path(__file__).resolve().parent / "method.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmark.md"
 
-#: The issue's targets on the reference machine (2 cores, PostgreSQL and Redis on the same host).
+#: The targets on the reference machine (2 cores, PostgreSQL and Redis on the same host).
 TARGETS = {
-    "redis_batch_1000_messages_per_second": 25_000,
-    "redis_batch_1000_vs_baseline": 60.0,
+    "latency_1000_p50_ms": 100,
+    "latency_1000_p99_ms": 500,
+    "latency_1000_max_ms": 2000,
+    "latency_top_p99_ms": 1000,
+    "drain_1_vs_limit": 1.0,
+    "drain_2_vs_limit": 0.9,
+    "ordering_10000_keys_vs_keyless": 0.8,
+    "ordering_100_keys_vs_keyless": 0.5,
+    "ordering_two_vs_one_10000_keys": 1.5,
+    "idle_statements_per_poll": 1.0,
     "claim_p99_growth_1m_vs_10k": 1.5,
     "peak_rss_mb_batch_5000": 256,
     "ses_fraction_of_max_send_rate": 0.90,
+    "redis_cluster_vs_single": 0.7,
+    "redis_wait1_vs_none": 0.8,
+    "redis_failover_missing": 0,
+    "redis_failover_duplicates": 0,
 }
+
+
+def _latency_run(results: dict[str, Any], rate: int | None = None) -> dict[str, Any] | None:
+    """The latency run at `rate`, or (None) the highest rate that was sustained."""
+    runs = results.get("latency", {}).get("runs", [])
+    if rate is not None:
+        return next((r for r in runs if r["offered_per_second"] == rate), None)
+    sustained = [r for r in runs if r["sustained"]]
+    return max(sustained, key=lambda r: r["offered_per_second"]) if sustained else None
 
 
 def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -29,19 +52,72 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     def add(name: str, target: str, value: Any, met: bool | None) -> None:
         checks.append({"target": name, "goal": target, "measured": value, "met": met})
 
-    drain = {d["batch_size"]: d for d in results.get("drain", {}).get("runs", [])}
-    at_1000 = drain.get(1000)
-    rate = at_1000["messages_per_second"] if at_1000 else None
-    add("Redis, one invocation, batch 1,000", f">= {TARGETS['redis_batch_1000_messages_per_second']:,} msg/s",
-        rate, None if rate is None else rate >= TARGETS["redis_batch_1000_messages_per_second"])
-    base = results.get("baseline", {}).get("messages_per_second")
-    ratio = round(rate / base, 1) if rate and base else None
-    add("... against the per-row baseline (same run)", f">= {TARGETS['redis_batch_1000_vs_baseline']:g}x",
-        None if ratio is None else f"{ratio:g}x",
-        None if ratio is None else ratio >= TARGETS["redis_batch_1000_vs_baseline"])
-    if drain:
-        stmts = {b: d["statements_per_batch"]["max"] for b, d in drain.items()}
-        trips = {b: d["redis_round_trips_per_batch"]["max"] for b, d in drain.items()}
+    at_1000 = _latency_run(results, 1000)
+    if at_1000:
+        lag = at_1000["lag_ms"]
+        add("Latency mode at 1,000 msg/s: commit-to-entry lag p50", f"<= {TARGETS['latency_1000_p50_ms']} ms",
+            lag["p50"], lag["p50"] is not None and lag["p50"] <= TARGETS["latency_1000_p50_ms"])
+        add("... p99", f"<= {TARGETS['latency_1000_p99_ms']} ms",
+            lag["p99"], lag["p99"] is not None and lag["p99"] <= TARGETS["latency_1000_p99_ms"])
+        add("... max, across invocation handovers", f"<= {TARGETS['latency_1000_max_ms']:,} ms",
+            lag["max"], lag["max"] is not None and lag["max"] <= TARGETS["latency_1000_max_ms"])
+    runs = results.get("latency", {}).get("runs", [])
+    if runs:
+        top = _latency_run(results)
+        asked = max(r["offered_per_second"] for r in runs)
+        measured = None if top is None else (f"{top['offered_per_second']:,} msg/s sustained, "
+                                             f"p99 {top['lag_ms']['p99']} ms")
+        add(f"Latency mode at {asked:,} msg/s (or the highest sustained): p99, and delivered = offered",
+            f"<= {TARGETS['latency_top_p99_ms']:,} ms", measured,
+            None if top is None else (top["lag_ms"]["p99"] <= TARGETS["latency_top_p99_ms"]
+                                      and top["offered_per_second"] == asked))
+        idle = results["latency"].get("idle") or {}
+        per_poll = idle.get("statements_per_poll")
+        add("Idle latency-mode invocation: statements per poll, claim without Seq Scan",
+            f"<= {TARGETS['idle_statements_per_poll']:g}, index scans only",
+            None if per_poll is None else f"{per_poll:g} ({idle.get('polls_per_second')} polls/s; "
+                                          f"{', '.join(idle.get('claim_plan_index_scans', []))})",
+            None if per_poll is None else (per_poll <= TARGETS["idle_statements_per_poll"]
+                                           and not idle.get("claim_plan_seq_scans")))
+    drain = results.get("drain", {})
+    if drain.get("mode") == "drain":
+        one = next((r for r in drain["runs"] if r["batch_size"] == 1000), None)
+        reference = limit_rate(results, drain)
+        if one:
+            value = one["messages_per_second"] / reference if reference else None
+            add("Drain mode, one invocation, batch 1,000, vs the minimal loop (same run)",
+                f">= {TARGETS['drain_1_vs_limit']:g}x", None if value is None else f"{value:.2f}x",
+                None if value is None else value >= TARGETS["drain_1_vs_limit"])
+        two = drain.get("two_invocations")
+        reference2 = limit_rate(results, drain, processes=2)
+        if two:
+            value = two["messages_per_second"] / reference2 if reference2 else None
+            add("Drain mode, two invocations, vs the two-process minimal loop (same run)",
+                f">= {TARGETS['drain_2_vs_limit']:g}x", None if value is None else f"{value:.2f}x",
+                None if value is None else value >= TARGETS["drain_2_vs_limit"])
+    ordering = results.get("ordering", {})
+    if ordering:
+        by_keys = {r["keys"]: r for r in ordering["runs"]}
+        for keys, target in ((10_000, "ordering_10000_keys_vs_keyless"), (100, "ordering_100_keys_vs_keyless")):
+            run = by_keys.get(keys)
+            if run:
+                add(f"Ordering keys: {keys:,} keys vs none, one invocation, batch {ordering['batch_size']:,}",
+                    f">= {TARGETS[target]:g}x", f"{run['vs_keyless']:.2f}x",
+                    run["vs_keyless"] >= TARGETS[target] and run["check"]["ok"])
+        if 1 in by_keys:
+            run = by_keys[1]
+            add("Ordering keys: one key for every message (reported, order checked)", "in order",
+                f"{run['vs_keyless']:.2f}x, {run['check']['order_violations']} out of order", run["check"]["ok"])
+        two = ordering.get("two_invocations")
+        if two:
+            add(f"Ordering keys: two invocations at once over {two['keys']:,} keys vs one",
+                f">= {TARGETS['ordering_two_vs_one_10000_keys']:g}x, in order",
+                f"{two['vs_one_invocation']:.2f}x, {two['check']['order_violations']} out of order",
+                two["vs_one_invocation"] >= TARGETS["ordering_two_vs_one_10000_keys"] and two["check"]["ok"])
+    batch_runs = {d["batch_size"]: d for d in results.get("batches", {}).get("runs", [])}
+    if batch_runs:
+        stmts = {b: d["statements_per_batch"]["max"] for b, d in batch_runs.items()}
+        trips = {b: d["redis_round_trips_per_batch"]["max"] for b, d in batch_runs.items()}
         flat = len(set(stmts.values())) == 1 and len(set(trips.values())) == 1
         add("Round trips per batch constant over batch sizes",
             "same count at every batch size",
@@ -64,6 +140,23 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         None if frac is None else f"{frac:.1%} (busiest second {ses.get('busiest_second')})",
         None if frac is None else (frac >= TARGETS["ses_fraction_of_max_send_rate"]
                                    and ses.get("busiest_second", 0) <= ses.get("max_send_rate", 0)))
+    rd = results.get("redis", {})
+    if rd.get("runs"):
+        value = rd.get("cluster_vs_single")
+        add(f"Redis Cluster, 3 primaries, vs one node: drain at batch {rd['batch_size']:,} over {rd['streams']} "
+            "streams (same run)", f">= {TARGETS['redis_cluster_vs_single']:g}x",
+            None if value is None else f"{value:.2f}x", None if value is None else
+            value >= TARGETS["redis_cluster_vs_single"])
+        value = rd.get("wait1_vs_none_single")
+        add(f"WAIT 1 vs none, one node with a replica, batch {rd['batch_size']:,} (same run)",
+            f">= {TARGETS['redis_wait1_vs_none']:g}x", None if value is None else f"{value:.2f}x",
+            None if value is None else value >= TARGETS["redis_wait1_vs_none"])
+        f = rd["failover"]
+        add(f"A primary killed mid-drain of {f['messages']:,} with WAIT 1: recorded delivered and missing, "
+            "duplicate entries", f"{TARGETS['redis_failover_missing']}, {TARGETS['redis_failover_duplicates']}",
+            f"{f['recorded_delivered_and_missing']}, {f['duplicate_entries']}",
+            f["recorded_delivered_and_missing"] == TARGETS["redis_failover_missing"]
+            and f["duplicate_entries"] == TARGETS["redis_failover_duplicates"] and f["check"]["ok"])
     concurrency = results.get("concurrency", {})
     if concurrency:
         ok = all(r["check"]["ok"] for r in concurrency.get("runs", []))
@@ -87,6 +180,29 @@ def write(results: dict[str, Any], path: Path = LATEST) -> Path:
     return path
 
 
+def limit_rate(results: dict[str, Any], section: dict[str, Any], processes: int = 1) -> float | None:
+    """The minimal loop's msg/s with `processes` processes, when it was measured
+    in the same run as `section` (ratios across runs would compare two hosts)."""
+    limit = results.get("limit")
+    if not limit or not section or limit.get("run") is None or limit.get("run") != section.get("run"):
+        return None
+    for r in limit.get("runs", []):
+        if r["processes"] == processes:
+            return r["messages_per_second"]
+    return None
+
+
+def ratio(value: float | None, reference: float | None) -> str:
+    """`value / reference` as ``0.62×``, or – when either is unknown."""
+    if not value or not reference:
+        return "–"
+    return f"{value / reference:.2f}×"
+
+
+def _times(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
@@ -107,15 +223,77 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"[bold]Machine[/bold]: {m['nproc']} CPU ({m['cpu_model']}), {m.get('memory_mb')} MB, "
                       f"PostgreSQL {m.get('postgresql')}, Redis {m.get('redis')}, Python {m['python']}, "
                       f"load average at start {m.get('load_average_at_start')}, {m['date']}")
+    limit = results.get("limit")
+    if limit:
+        t = Table(title=f"The minimal loop: {limit['messages']:,} messages, batch {limit['batch_size']:,}")
+        for col in ("processes", "msg/s", "wall s", "stream entries", "duplicates", "check"):
+            t.add_column(col, justify="right")
+        for r in limit["runs"]:
+            c = r["check"]
+            t.add_row(_fmt(r["processes"]), _fmt(r["messages_per_second"]), _fmt(r["wall_seconds"]),
+                      _fmt(c["stream_entries"]), _fmt(c["duplicates"]), "ok" if c["ok"] else "FAILED")
+        console.print(t)
     drain = results.get("drain")
+    if drain and drain.get("mode") == "drain":
+        t = Table(title=f"Drain mode, Redis channel: {drain['messages']:,} messages, one invocation")
+        for col in ("invocations", "batch", "msg/s", "× limit", "batches", "stmts/batch", "redis RT/batch",
+                    "CPU µs/msg client", "PostgreSQL", "Redis", "check"):
+            t.add_column(col, justify="right")
+        rows = [(r, limit_rate(results, drain)) for r in drain["runs"]]
+        rows.append((drain["two_invocations"], limit_rate(results, drain, processes=2)))
+        for r, reference in rows:
+            cpu = r.get("cpu_us_per_message", {})
+            t.add_row(_fmt(r["invocations"]), _fmt(r["batch_size"]), _fmt(r["messages_per_second"]),
+                      ratio(r["messages_per_second"], reference), _fmt(r.get("batches")),
+                      _fmt(r.get("statements_per_batch")), _fmt(r.get("redis_round_trips_per_batch")),
+                      _fmt(cpu.get("client")), _fmt(cpu.get("postgresql")), _fmt(cpu.get("redis")),
+                      "ok" if r["check"]["ok"] else "FAILED")
+        console.print(t)
+    lat = results.get("latency")
+    if lat:
+        t = Table(title=f"Latency mode: a new invocation every {lat['period_seconds']:g} s, each "
+                        f"{lat['timeout_seconds']:g} s long (overlap {lat['overlap_seconds']:g} s); lag in ms")
+        for col in ("offered/s", "delivered/s", "seconds", "handovers", "lag p50", "p99", "max",
+                    "recorded p50", "p99", "handover max", "sustained", "check"):
+            t.add_column(col, justify="right")
+        for r in lat["runs"]:
+            lag, rec = r["lag_ms"], r["recorded_lag_ms"]
+            t.add_row(_fmt(r["offered_per_second"]), _fmt(r["delivered_per_second"]), _fmt(r["seconds"]),
+                      _fmt(r["handovers"]), _fmt(lag["p50"]), _fmt(lag["p99"]), _fmt(lag["max"]), _fmt(rec["p50"]),
+                      _fmt(rec["p99"]), _fmt(max(r["handover_max_lag_ms"], default=None)),
+                      _fmt(r["sustained"]), "ok" if r["check"]["ok"] else "FAILED")
+        console.print(t)
+        idle = lat.get("idle")
+        if idle:
+            console.print(f"  idle: {idle['polls']} polls in {idle['seconds']} s, {idle['statements_per_poll']} "
+                          f"statements and {idle['redis_round_trips_per_poll']} Redis round trips per poll; "
+                          f"claim {idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}")
+    ordering = results.get("ordering")
+    if ordering:
+        t = Table(title=f"Ordering keys: {ordering['messages']:,} messages, batch {ordering['batch_size']:,}, "
+                        f"drain mode, median of {ordering['rounds']} interleaved rounds")
+        for col in ("keys", "invocations", "msg/s", "× keyless", "× one", "× limit", "batches", "out of order",
+                    "check"):
+            t.add_column(col, justify="right")
+        reference = limit_rate(results, ordering)
+        for r in [*ordering["runs"], ordering["two_invocations"]]:
+            t.add_row("none" if r["keys"] is None else _fmt(r["keys"]), _fmt(r["invocations"]),
+                      _fmt(r["messages_per_second"]), _times(r.get("vs_keyless")), _times(r.get("vs_one_invocation")),
+                      ratio(r["messages_per_second"], reference), _fmt(r.get("batches")),
+                      _fmt(r["check"]["order_violations"]), "ok" if r["check"]["ok"] else "FAILED")
+        console.print(t)
+    drain = results.get("batches")
     if drain:
-        t = Table(title=f"Drain, Redis channel: {drain['messages']:,} messages, real handler, back to back")
-        for col in ("batch", "msg/s", "wall s", "invocations", "stmts/batch", "redis RT/batch",
+        reference = limit_rate(results, drain)
+        t = Table(title=f"Batch mode, Redis channel: {drain['messages']:,} messages, one batch per invocation, "
+                        "back to back")
+        for col in ("batch", "msg/s", "× limit", "wall s", "invocations", "stmts/batch", "redis RT/batch",
                     "CPU µs/msg client", "PostgreSQL", "Redis", "GC µs/msg", "check"):
             t.add_column(col, justify="right")
         for d in drain["runs"]:
             cpu = d["cpu_us_per_message"]
-            t.add_row(_fmt(d["batch_size"]), _fmt(d["messages_per_second"]), _fmt(d["wall_seconds"]),
+            t.add_row(_fmt(d["batch_size"]), _fmt(d["messages_per_second"]),
+                      ratio(d["messages_per_second"], reference), _fmt(d["wall_seconds"]),
                       _fmt(d["invocations"]),
                       f"{d['statements_per_batch']['min']}–{d['statements_per_batch']['max']}",
                       f"{d['redis_round_trips_per_batch']['min']}–{d['redis_round_trips_per_batch']['max']}",
@@ -175,6 +353,22 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_fmt(ses["messages"]), _fmt(ses["sends_per_second"]), f"{ses['fraction_of_max_send_rate']:.3f}",
                   _fmt(ses["busiest_second"]), _fmt(ses["invocations"]), "ok" if ses["check"]["ok"] else "FAILED")
         console.print(t)
+    rd = results.get("redis")
+    if rd and rd.get("runs"):
+        t = Table(title=f"Redis as on AWS: drain mode, batch {rd['batch_size']:,}, {rd['messages']:,} messages "
+                        f"over {rd['streams']} streams, servers of the section's own")
+        for col in ("topology", "WAIT", "msg/s", "Redis round trips per batch", "batches", "check"):
+            t.add_column(col, justify="right")
+        for r in rd["runs"]:
+            t.add_row(r["topology"], _fmt(r["wait_replicas"]), _fmt(r["messages_per_second"]),
+                      _fmt(r["redis_round_trips_per_batch"]), _fmt(r["batches"]),
+                      "ok" if r["check"]["ok"] else "FAILED")
+        console.print(t)
+        w, f = rd["wait_round_trip_ms"], rd["failover"]
+        console.print(f"  a pipeline of one XADD: {w['without_p50']} ms p50 / {w['without_p99']} ms p99, with WAIT 1 "
+                      f"{w['with_wait_p50']} / {w['with_wait_p99']} ms; a primary killed mid-drain of "
+                      f"{f['messages']:,} (WAIT 1): {f['recorded_delivered_and_missing']} recorded delivered and "
+                      f"missing, {f['duplicate_entries']} duplicate entries")
     ins = results.get("instructions")
     if ins:
         t = Table(title="Relay-process instructions per message (valgrind callgrind)"
@@ -225,7 +419,7 @@ def _when(section: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The latest figures as Markdown tables (quoted in the README, section Benchmark)."""
+    """The latest figures as Markdown tables (docs/benchmark.md, "Latest figures")."""
     out: list[str] = []
     m = results.get("machine", {})
     if m:
@@ -235,17 +429,84 @@ def markdown(results: dict[str, Any]) -> str:
                    f"redis-py {m.get('redis_py')}. Date {m.get('date')}; load average at start "
                    f"{m.get('load_average_at_start')}. Command: `{results.get('command', 'python -m bench all')}`.")
         out.append("")
-    drain = results.get("drain")
-    if drain:
-        out.append(f"Drain, Redis channel ({drain['messages']:,} messages of about 1 KB, {drain['level']}"
-                   f"{_when(drain)}):")
+    limit = results.get("limit")
+    if limit:
+        out.append(f"The minimal loop ({limit['messages']:,} messages, batch {limit['batch_size']:,}"
+                   f"{_when(limit)}): " + ", ".join(
+                       f"{r['processes']} process{'es' if r['processes'] > 1 else ''} "
+                       f"{r['messages_per_second']:,.0f} msg/s" for r in limit["runs"]) + ".")
         out.append("")
-        out.append("| batch | msg/s | statements per batch | Redis round trips per batch "
+    drain = results.get("drain")
+    if drain and drain.get("mode") == "drain":
+        out.append(f"Drain mode, Redis channel ({drain['messages']:,} messages of about 1 KB, the real handler "
+                   f"with OUTBOX_MODE=drain, one invocation{_when(drain)}):")
+        out.append("")
+        out.append("| invocations | batch | msg/s | × minimal loop (same processes) | batches "
+                   "| statements per batch | Redis round trips per batch |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        rows = [(r, limit_rate(results, drain)) for r in drain["runs"]]
+        rows.append((drain["two_invocations"], limit_rate(results, drain, processes=2)))
+        for r, reference in rows:
+            out.append(f"| {r['invocations']} | {r['batch_size']:,} | {r['messages_per_second']:,.0f} "
+                       f"| {ratio(r['messages_per_second'], reference)} | {_fmt(r.get('batches'))} "
+                       f"| {_fmt(r.get('statements_per_batch'))} | {_fmt(r.get('redis_round_trips_per_batch'))} |")
+        out.append("")
+    lat = results.get("latency")
+    if lat:
+        out.append(f"Latency mode (`python -m bench latency`; a producer process commits at the offered rate "
+                   f"for the given seconds; a new invocation every {lat['period_seconds']:g} s, each "
+                   f"{lat['timeout_seconds']:g} s long, so each overlaps the next by {lat['overlap_seconds']:g} s; "
+                   f"lag from commit to stream entry, and to the recorded delivery, ms{_when(lat)}):")
+        out.append("")
+        out.append("| offered msg/s | delivered msg/s | seconds | handovers | lag p50 | p99 | max "
+                   "| recorded p50 | recorded p99 | worst near a handover | sustained |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for r in lat["runs"]:
+            lag, rec = r["lag_ms"], r["recorded_lag_ms"]
+            out.append(f"| {r['offered_per_second']:,} | {_fmt(r['delivered_per_second'])} | {_fmt(r['seconds'])} "
+                       f"| {r['handovers']} | {_fmt(lag['p50'])} | {_fmt(lag['p99'])} | {_fmt(lag['max'])} "
+                       f"| {_fmt(rec['p50'])} | {_fmt(rec['p99'])} | {_fmt(max(r['handover_max_lag_ms'], default=None))} "
+                       f"| {_fmt(r['sustained'])} |")
+        out.append("")
+        idle = lat.get("idle")
+        if idle:
+            out.append(f"Idle (one latency-mode invocation, {idle['seconds']} s, nothing to deliver among "
+                       f"{idle.get('history_rows', 0):,} delivered rows): "
+                       f"{idle['polls']} polls, {_fmt(idle['statements_per_poll'])} statements and "
+                       f"{_fmt(idle['redis_round_trips_per_poll'])} Redis round trips per poll; the claim ran in "
+                       f"{idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}, "
+                       f"sequential scans: {', '.join(idle['claim_plan_seq_scans']) or 'none'}.")
+            out.append("")
+    ordering = results.get("ordering")
+    if ordering:
+        reference = limit_rate(results, ordering)
+        out.append(f"Ordering keys (`python -m bench ordering`; {ordering['messages']:,} messages of about 1 KB, "
+                   f"batch {ordering['batch_size']:,}, one drain-mode invocation, the keys drawn at random; "
+                   f"median of {ordering['rounds']} interleaved rounds; every run checked in the stream: each "
+                   f"message once, each key's messages in enqueue order{_when(ordering)}):")
+        out.append("")
+        out.append("| keys | invocations | msg/s | × keyless | × one invocation | × minimal loop | batches "
+                   "| out of order |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in [*ordering["runs"], ordering["two_invocations"]]:
+            out.append(f"| {'none' if r['keys'] is None else format(r['keys'], ',')} | {r['invocations']} "
+                       f"| {r['messages_per_second']:,.0f} | {_times(r.get('vs_keyless'))} "
+                       f"| {_times(r.get('vs_one_invocation'))} | {ratio(r['messages_per_second'], reference)} "
+                       f"| {_fmt(r.get('batches'))} | {r['check']['order_violations']} |")
+        out.append("")
+    drain = results.get("batches")
+    if drain:
+        reference = limit_rate(results, drain)
+        out.append(f"Batch mode, Redis channel ({drain['messages']:,} messages of about 1 KB, one batch per "
+                   f"invocation, back to back{_when(drain)}):")
+        out.append("")
+        out.append("| batch | msg/s | × minimal loop | statements per batch | Redis round trips per batch "
                    "| CPU µs/msg: relay process | PostgreSQL backend | Redis server | relay's GC µs/msg |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for d in drain["runs"]:
             cpu = d["cpu_us_per_message"]
-            out.append(f"| {d['batch_size']:,} | {d['messages_per_second']:,.0f} | {d['statements_per_batch']['max']} "
+            out.append(f"| {d['batch_size']:,} | {d['messages_per_second']:,.0f} "
+                       f"| {ratio(d['messages_per_second'], reference)} | {d['statements_per_batch']['max']} "
                        f"| {d['redis_round_trips_per_batch']['max']} | {_fmt(cpu.get('client'))} "
                        f"| {_fmt(cpu.get('postgresql'))} | {_fmt(cpu.get('redis'))} "
                        f"| {_fmt(d.get('gc', {}).get('us_per_message'))} |")
@@ -291,6 +552,25 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{ses['sends_per_second']:.1f} sends/s = {ses['fraction_of_max_send_rate']:.1%} of the rate; "
                    f"busiest one-second window {ses['busiest_second']} sends; {ses['messages']} emails.")
         out.append("")
+    rd = results.get("redis")
+    if rd and rd.get("runs"):
+        out.append(f"Redis as on AWS (`python -m bench redis`, servers of the section's own on loopback: a primary "
+                   f"with a replica, and a cluster of 3 primaries with a replica each; drain mode, batch "
+                   f"{rd['batch_size']:,}, {rd['messages']:,} messages over {rd['streams']} streams{_when(rd)}):")
+        out.append("")
+        out.append("| topology | WAIT | msg/s | Redis round trips per batch |")
+        out.append("|---|---:|---:|---:|")
+        for r in rd["runs"]:
+            out.append(f"| {r['topology']} | {r['wait_replicas']} | {_fmt(r['messages_per_second'])} "
+                       f"| {_fmt(r['redis_round_trips_per_batch'])} |")
+        w, f = rd["wait_round_trip_ms"], rd["failover"]
+        out.append("")
+        out.append(f"A pipeline of one `XADD` took {w['without_p50']} ms (p50; p99 {w['without_p99']} ms), with "
+                   f"`WAIT 1` after it {w['with_wait_p50']} ms (p99 {w['with_wait_p99']} ms). A primary killed "
+                   f"(SIGKILL) in the middle of a drain of {f['messages']:,} messages with `WAIT 1`: "
+                   f"{f['recorded_delivered_and_missing']} recorded delivered and missing, "
+                   f"{f['duplicate_entries']} duplicate entries.")
+        out.append("")
     ins = results.get("instructions")
     if ins and ins.get("runs"):
         out.append("Relay-process instructions per message (valgrind callgrind; `python -m bench instructions`"
@@ -325,3 +605,124 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {c['target']} | {c['goal']} | {_fmt(measured)} | {met} |")
         out.append("")
     return "\n".join(out)
+
+
+def docs(results: dict[str, Any]) -> str:
+    """docs/benchmark.md: the method (bench/method.md) and the latest figures."""
+    results = dict(results)
+    results["targets"] = evaluate(results)
+    return ("# Benchmark\n\n"
+            "<!-- Written by `python -m bench` from bench/results/latest.json (text: bench/method.md); "
+            "do not edit: run `python -m bench docs`. -->\n\n"
+            + METHOD.read_text(encoding="utf-8").rstrip() + "\n\n## Latest figures\n\n"
+            + markdown(results).rstrip() + "\n")
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+MODES_BEGIN = "<!-- bench:modes (written by python -m bench from bench/results/latest.json) -->"
+MODES_END = "<!-- /bench:modes -->"
+
+# The template's defaults the cost columns are computed from (template.yaml; a test checks them).
+SCHEDULE_PERIOD_SECONDS = 60
+FUNCTION_MEMORY_GB = 0.5
+FUNCTION_TIMEOUT_SECONDS = 70
+DEADLINE_MARGIN_SECONDS = 5
+BATCH_SIZE = 500
+POLL_INTERVAL_SECONDS = 0.1
+SECONDS_PER_MONTH = 30 * 86400
+
+
+def modes_table(results: dict[str, Any]) -> str:
+    """The README's table of what each mode costs and delivers, per channel, at the
+    template's defaults: costs computed, lag and throughput from the results file."""
+    invocations = SECONDS_PER_MONTH // SCHEDULE_PERIOD_SECONDS
+    latency_run = FUNCTION_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
+    lat = results.get("latency", {})
+    idle = lat.get("idle") or {}
+    idle_run = (idle.get("batch_invocation_ms") or 0) / 1000.0  # a warm batch-mode invocation, nothing due
+    drain = results.get("drain", {}) if results.get("drain", {}).get("mode") == "drain" else {}
+    drained = next((r["messages_per_second"] for r in drain.get("runs", []) if r["batch_size"] == 1000), None)
+    at = {r["offered_per_second"]: r for r in lat.get("runs", [])}
+    top = _latency_run(results)
+
+    def lag(rate: int) -> str:
+        run = at.get(rate)
+        return "–" if run is None else f"{_fmt(run['lag_ms']['p50'])} / {_fmt(run['lag_ms']['p99'])} ms"
+
+    def gb_s(seconds_per_invocation: float) -> str:
+        return f"{invocations * seconds_per_invocation * FUNCTION_MEMORY_GB:,.0f}"
+
+    rows = [
+        ("`batch`", f"{invocations:,}", (gb_s(idle_run) + " idle") if idle_run else "–",
+         f"{1 / SCHEDULE_PERIOD_SECONDS:.3f}",
+         f"up to {SCHEDULE_PERIOD_SECONDS} s (half of it on average)",
+         f"{BATCH_SIZE / SCHEDULE_PERIOD_SECONDS:.1f} msg/s ({BATCH_SIZE} per run)"),
+        ("`drain`", f"{invocations:,}", (gb_s(idle_run) + " idle") if idle_run else "–",
+         f"{1 / SCHEDULE_PERIOD_SECONDS:.3f}",
+         f"up to {SCHEDULE_PERIOD_SECONDS} s (half of it on average)",
+         f"{_fmt(drained)} msg/s while a run lasts" if drained else "–"),
+        ("`latency`", f"{invocations:,}", gb_s(latency_run),
+         f"{1 / POLL_INTERVAL_SECONDS:.0f}" + (f" (measured {idle['polls_per_second']:g} polls/s, "
+                                                f"{_fmt(idle['statements_per_poll'])} statement each)"
+                                                if idle else ""),
+         f"{lag(100)} at 100 msg/s, {lag(1000)} at 1,000 msg/s (p50 / p99)",
+         f"{top['offered_per_second']:,} msg/s sustained (the highest offered that was)" if top else "–"),
+    ]
+    out = [MODES_BEGIN, "",
+           "| mode | invocations a month | Lambda GB-seconds a month | statements a second when idle "
+           "| delivery lag | throughput |", "|---|---:|---:|---|---|---|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["", f"Per channel, at the template's defaults (`rate(1 minute)`, {FUNCTION_MEMORY_GB * 1024:.0f} MB, "
+                f"a {FUNCTION_TIMEOUT_SECONDS} s timeout, batch {BATCH_SIZE}); measured on this project's 2-core "
+                f"benchmark machine ([docs/benchmark.md](docs/benchmark.md)" + _when(lat) + ").", "", MODES_END]
+    return "\n".join(out)
+
+
+def readme_with_modes(readme: str, results: dict[str, Any]) -> str:
+    """The README with its modes block written again (unchanged when it has none)."""
+    return _with_block(readme, MODES_BEGIN, MODES_END, modes_table(results))
+
+
+CHANNELS = Path(__file__).resolve().parent.parent / "docs" / "channels.md"
+ORDERING_BEGIN = "<!-- bench:ordering (written by python -m bench from bench/results/latest.json) -->"
+ORDERING_END = "<!-- /bench:ordering -->"
+
+
+def ordering_summary(results: dict[str, Any]) -> str:
+    """docs/channels.md's lines on what ordering keys cost, from the ordering section."""
+    ordering = results.get("ordering")
+    if not ordering:
+        return "\n".join([ORDERING_BEGIN, "", "Not measured yet: run `python -m bench ordering`.", "", ORDERING_END])
+    by_keys = {r["keys"]: r for r in ordering["runs"]}
+    spread = ", ".join(f"{keys:,} key{'s' if keys > 1 else ''} {_times(by_keys[keys]['vs_keyless'])}"
+                       for keys in sorted((k for k in by_keys if k is not None), reverse=True))
+    two = ordering["two_invocations"]
+    violations = sum(r["check"]["order_violations"] for r in [*ordering["runs"], two])
+    line = (f"Measured by `python -m bench ordering` ({ordering['messages']:,} messages, batch "
+            f"{ordering['batch_size']:,}, one drain-mode invocation, keys drawn at random; throughput as a "
+            f"ratio to the same backlog without keys, in the same run{_when(ordering)}): {spread}; two "
+            f"invocations at once over {two['keys']:,} keys deliver {_times(two['vs_one_invocation'])} what one "
+            f"does. Messages out of order in every run: {violations}. The tables are in "
+            f"[benchmark.md](benchmark.md).")
+    return "\n".join([ORDERING_BEGIN, "", line, "", ORDERING_END])
+
+
+def _with_block(text: str, begin: str, end: str, block: str) -> str:
+    """`text` with the block between `begin` and `end` replaced (unchanged when it has none)."""
+    if begin not in text or end not in text:
+        return text
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + block + tail
+
+
+def write_docs(results: dict[str, Any], path: Path = DOCS) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(docs(results), encoding="utf-8")
+    if path == DOCS:
+        for target, write_block in ((README, readme_with_modes),
+                                    (CHANNELS, lambda text, r: _with_block(text, ORDERING_BEGIN, ORDERING_END,
+                                                                           ordering_summary(r)))):
+            if target.exists():
+                target.write_text(write_block(target.read_text(encoding="utf-8"), results), encoding="utf-8")
+    return path

@@ -2,7 +2,7 @@
 
 Amazon SES is played by moto, in process (`mock_aws`). moto has no SES v2
 GetAccount, so a botocore before-call hook answers it with MaxSendRate 50
-(`outbox_relay.local_ses.answer_get_account`), and a second hook makes every
+(`outbox_tools.local_ses.answer_get_account`), and a second hook makes every
 SendEmail take 50 ms before moto records it (a simulated call latency). The
 relay is the real handler with OUTBOX_CHANNEL=ses, run back to back until the
 backlog is drained. The rate is measured from the start times of the sends:
@@ -29,7 +29,7 @@ def _enqueue_mail(env: BenchEnv, n: int) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from outbox_relay.email import enqueue_email
+    from outbox_relay.producer import enqueue_email
 
     engine = create_engine(env.database_url, poolclass=NullPool)
     try:
@@ -49,7 +49,7 @@ def run_ses(env: BenchEnv, *, n: int, max_send_rate: float = 50.0, latency_ms: f
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ses.models import ses_backends
 
-    from outbox_relay.local_ses import answer_get_account
+    from outbox_tools.local_ses import answer_get_account
 
     starts: list[float] = []
     lock = threading.Lock()

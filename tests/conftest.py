@@ -2,9 +2,9 @@
 
 Servers are found like `outbox demo` finds them (DATABASE_URL / REDIS_URL,
 then the local services on their standard ports, then embedded servers from
-pip). Each test gets its own database, cloned from a migrated template
-database made once per run, and its own Redis key prefix; both are removed
-afterwards.
+pip). Each test gets a migrated database with an empty outbox (the test
+process's own, cloned once from a migrated template and emptied before each
+test) and its own Redis key prefix; both are removed at the end.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import uuid
 from typing import Iterator
 
 import pytest
-from hypothesis import settings as hypothesis_settings
 import redis as redis_lib
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
+from outbox_migrations import upgrade
 from outbox_relay import runtime
-from outbox_relay.local import Servers, create_database, drop_database, find_servers, with_database
-from outbox_relay.migrate import upgrade
+from outbox_tools.servers import Servers, create_database, drop_database, find_servers, with_database
 
 # Property tests judge results, not speed: no per-example deadline (2 shared cores).
 hypothesis_settings.register_profile("outbox", deadline=None)
@@ -52,14 +52,45 @@ def template_db(servers: Servers) -> Iterator[str]:
     drop_database(servers.database_url, name)
 
 
-@pytest.fixture
-def database_url(servers: Servers, template_db: str) -> Iterator[str]:
-    """URL of a fresh, migrated database for this test only."""
-    name = f"outbox_test_{RUN_ID}_{os.getpid()}_{next(_counter)}"
+@pytest.fixture(scope="session")
+def reused_db(servers: Servers, template_db: str) -> Iterator[str]:
+    """This process's test database, cloned once from the template and emptied
+    before each test (cloning a database per test cost most of the run)."""
+    name = f"outbox_test_{RUN_ID}_{os.getpid()}"
     admin = create_engine(servers.database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
     admin.dispose()
+    yield name
+    drop_database(servers.database_url, name)
+
+
+_EMPTY = text("TRUNCATE outbox_message, outbox_message_body RESTART IDENTITY")
+
+
+@pytest.fixture
+def database_url(servers: Servers, reused_db: str) -> Iterator[str]:
+    """URL of a migrated database with an empty outbox, for this test only: no
+    connection of an earlier test is left on it."""
+    url = with_database(servers.database_url, reused_db)
+    admin = create_engine(servers.database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": reused_db})
+    admin.dispose()
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with engine.connect() as conn:
+        conn.execute(text("SET lock_timeout = '10s'"))
+        conn.execute(_EMPTY)
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def empty_database_url(servers: Servers) -> Iterator[str]:
+    """URL of a fresh database with no schema at all (for migrations), this test's only."""
+    name = f"outbox_test_{RUN_ID}_{os.getpid()}_{next(_counter)}_empty"
+    create_database(servers.database_url, name)
     yield with_database(servers.database_url, name)
     drop_database(servers.database_url, name)
 
@@ -74,8 +105,12 @@ def app_engine(database_url: str) -> Iterator[Engine]:
 
 @pytest.fixture
 def relay_engine(database_url: str) -> Iterator[Engine]:
-    """An autocommit engine, as the relay uses it."""
-    engine = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_size=4)
+    """The relay's own engine (`db.create_relay_engine`: autocommit, its pool and listeners)."""
+    from outbox_relay.config import load_settings
+    from outbox_relay.db import create_relay_engine
+
+    engine = create_relay_engine(load_settings(database_url=database_url, redis_url="redis://unused:6379/0",
+                                               database_pool_size=4))
     yield engine
     engine.dispose()
 

@@ -4,7 +4,6 @@ The producer API, for application code inside its own SQLAlchemy transaction:
 `enqueue_event`, `enqueue_events_bulk` and `enqueue_email`.
 """
 
-from .email import enqueue_email
-from .producer import enqueue_event, enqueue_events_bulk
+from .producer import enqueue_email, enqueue_event, enqueue_events_bulk
 
 __all__ = ["enqueue_email", "enqueue_event", "enqueue_events_bulk"]

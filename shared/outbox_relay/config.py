@@ -1,25 +1,118 @@
 """Settings, from environment variables, validated once.
 
-Every variable, its default and its unit is listed in the README
-("Configuration"). A bad value raises `ConfigurationError` naming the variable,
-which stops a Lambda cold start before any message is touched. A variable set
-to the empty string counts as unset (template.yaml declares some variables
-empty so that `sam local invoke --env-vars` may fill them in).
+Every variable, its default and its unit is listed in docs/configuration.md. A
+bad value raises `ConfigurationError` naming the variable, which stops a Lambda
+cold start before any message is touched. A variable set to the empty string
+counts as unset (template.yaml declares some variables empty so that
+`sam local invoke --env-vars` may fill them in).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from typing import ClassVar, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
-from .models import Channel
+from .models import Channel, Mode, OrderingOnDead, RedisOnFull, RedisTrim
+from .urls import check_redis_url, parse_database_url
+
+#: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
+DatabaseTls = Literal["disable", "require", "verify-full"]
+
+#: The Powertools service name of every function (`observability.SERVICE`).
+SERVICE_NAME = "outbox-relay"
+# CloudWatch namespaces: 1-255 of these characters, not starting with ':' ("Amazon
+# CloudWatch concepts", Namespaces); one it refuses loses every EMF metric silently.
+_NAMESPACE_RE = re.compile(r"[0-9A-Za-z.\-_/#: ]{1,255}")
 
 
-class Settings(BaseSettings):
+class SdkEnvironment(BaseSettings):
+    """Variables that Powertools and the AWS SDK read themselves, at import or at
+    their first call, where a bad value is a bare ValueError (a traceback) or is
+    silently ignored. They are checked here with the rest, so start-up stops
+    naming the variable; the libraries still read them."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True, env_ignore_empty=True)
+
+    powertools_log_level: str | None = Field(default=None, validation_alias="POWERTOOLS_LOG_LEVEL")
+    powertools_trace_disabled: bool | None = Field(default=None, validation_alias="POWERTOOLS_TRACE_DISABLED")
+    powertools_logger_log_event: bool | None = Field(default=None, validation_alias="POWERTOOLS_LOGGER_LOG_EVENT")
+    powertools_tracer_capture_response: bool | None = Field(
+        default=None, validation_alias="POWERTOOLS_TRACER_CAPTURE_RESPONSE")
+    powertools_tracer_capture_error: bool | None = Field(default=None, validation_alias="POWERTOOLS_TRACER_CAPTURE_ERROR")
+    powertools_metrics_disabled: bool | None = Field(default=None, validation_alias="POWERTOOLS_METRICS_DISABLED")
+    powertools_dev: bool | None = Field(default=None, validation_alias="POWERTOOLS_DEV")
+    powertools_metrics_namespace: str | None = Field(default=None, validation_alias="POWERTOOLS_METRICS_NAMESPACE")
+    powertools_service_name: str | None = Field(default=None, validation_alias="POWERTOOLS_SERVICE_NAME")
+    aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
+    aws_default_region: str | None = Field(default=None, validation_alias="AWS_DEFAULT_REGION")
+    aws_endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
+    aws_endpoint_url_sesv2: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
+
+    @property
+    def region(self) -> str | None:
+        """The AWS region the clients sign for: AWS_REGION, else AWS_DEFAULT_REGION (Lambda sets both)."""
+        return self.aws_region or self.aws_default_region
+
+    @field_validator("powertools_log_level")
+    @classmethod
+    def _log_level(cls, v: str | None) -> str | None:
+        if v is not None and not log_level_ok(v):
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return v
+
+    @field_validator("powertools_metrics_namespace")
+    @classmethod
+    def _namespace(cls, v: str | None) -> str | None:
+        if v is not None and (not _NAMESPACE_RE.fullmatch(v) or v.startswith((":", "AWS/"))):
+            raise ValueError("must be a CloudWatch namespace: 1-255 ASCII letters, digits, spaces and . - _ / # :, "
+                             "not starting with ':' or 'AWS/'")
+        return v
+
+    @field_validator("powertools_service_name")
+    @classmethod
+    def _service(cls, v: str | None) -> str | None:
+        if v is not None and v != SERVICE_NAME:
+            raise ValueError(f"the functions name their service {SERVICE_NAME} themselves (the alarms select "
+                             f"their metrics by it): leave it unset or set {SERVICE_NAME}")
+        return v
+
+    @field_validator("aws_region", "aws_default_region")
+    @classmethod
+    def _region(cls, v: str | None) -> str | None:
+        from botocore.exceptions import InvalidRegionError
+        from botocore.utils import validate_region_name
+
+        if v is not None:
+            try:
+                validate_region_name(v)
+            except InvalidRegionError:
+                raise ValueError("must be an AWS region name, e.g. eu-west-1") from None
+        return v
+
+    @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+        if v is not None and not (v.lower().startswith(("http://", "https://"))
+                                  and (is_valid_endpoint_url(v) or is_valid_ipv6_endpoint_url(v))):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:5000")
+        return v
+
+
+def log_level_ok(value: str) -> bool:
+    """Whether the standard library's logging (which Powertools hands the value to,
+    upper-cased) knows the level name."""
+    return value.upper() in logging.getLevelNamesMapping()
+
+
+class Settings(SdkEnvironment):
     """The relay's configuration. Field docs name the variable and the unit."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True, env_ignore_empty=True)
@@ -39,7 +132,7 @@ class Settings(BaseSettings):
     """Secrets Manager secret holding the RDS-style JSON (host, port, username, password, dbname)."""
     database_iam_auth: bool = Field(default=False, validation_alias="DATABASE_IAM_AUTH")
     """Log in with an RDS IAM auth token generated per new connection instead of a password."""
-    database_tls: Literal["disable", "require", "verify-full"] = Field(
+    database_tls: DatabaseTls = Field(
         default="disable", validation_alias="DATABASE_TLS"
     )
     database_ca_bundle: str | None = Field(default=None, validation_alias="DATABASE_CA_BUNDLE")
@@ -51,11 +144,56 @@ class Settings(BaseSettings):
     """`redis://` or `rediss://` (TLS) URL, with AUTH user/password if any."""
     redis_url_secret_arn: str | None = Field(default=None, validation_alias="REDIS_URL_SECRET_ARN")
     """Secrets Manager secret whose string is the Redis URL (ElastiCache AUTH token inside)."""
+    redis_cluster: bool = False
+    """OUTBOX_REDIS_CLUSTER: talk to a Redis Cluster (cluster mode enabled, ElastiCache Serverless)
+    through redis-py's cluster client; the URL names any node or the configuration endpoint."""
+    redis_iam_auth: bool = False
+    """OUTBOX_REDIS_IAM_AUTH: log in to ElastiCache with an IAM auth token (the URL's user, a
+    signed `connect` request as its password) instead of a password; needs rediss://."""
+    redis_iam_cache_name: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
+    """OUTBOX_REDIS_IAM_CACHE_NAME: the replication group id or serverless cache name the token is for."""
+    redis_iam_serverless: bool = False
+    """OUTBOX_REDIS_IAM_SERVERLESS: the cache is an ElastiCache Serverless cache."""
     redis_socket_timeout_seconds: float = Field(default=5.0, gt=0, le=60, allow_inf_nan=False)
     redis_dedupe_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60, le=365 * 24 * 3600)
     """How long a published message id is remembered for idempotent re-publish, seconds."""
-    redis_maxlen: int = Field(default=0, ge=0)
-    """Approximate stream trim (`XADD MAXLEN ~ n`); 0 disables trimming."""
+    redis_maxlen: int = Field(default=0, ge=0, le=2**63 - 1)
+    """Stream length bound; 0 disables trimming. With OUTBOX_REDIS_TRIM=maxlen an approximate
+    trim (`XADD MAXLEN ~ n`); with `acknowledged` a hard bound that trimming reaches only
+    through entries every consumer group has acknowledged. Redis reads the count as a
+    signed 64-bit integer and refuses every XADD with a larger one."""
+    redis_trim: RedisTrim = RedisTrim.MAXLEN
+    """OUTBOX_REDIS_TRIM: maxlen (trim whether read or not) | acknowledged (never past what a
+    consumer group has not acknowledged)."""
+    redis_on_full: RedisOnFull = RedisOnFull.HOLD
+    """OUTBOX_REDIS_ON_FULL: with `acknowledged`, a stream at its bound because a group lags:
+    hold (publish nothing more to it, attempts refunded) | trim (trim anyway, count the loss)."""
+    redis_wait_replicas: int = Field(default=0, ge=0, le=5)
+    """Replicas that must acknowledge a batch's writes (WAIT) before it is recorded delivered."""
+    redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
+    """How long WAIT waits for those replicas, milliseconds (0, wait forever, is refused)."""
+    redis_memory_high: float = Field(default=0.9, ge=0.5, le=1.0, allow_inf_nan=False)
+    """The gate claims nothing while Redis uses at least this fraction of its maxmemory
+    (when its policy does not evict every key)."""
+    redis_oom_backoff_seconds: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
+    """After an OOM reply, the gate claims nothing for this long (when Redis does not report
+    its maxmemory) or until memory is below the high mark, seconds."""
+
+    # --- how much one invocation does ---
+    mode: Mode = Mode.BATCH
+    """OUTBOX_MODE: batch (one batch), drain (while batches come back full), latency (until the deadline)."""
+    poll_interval_seconds: float = Field(default=0.1, ge=0.01, le=60, allow_inf_nan=False)
+    """Latency mode: the wait after a claim that found nothing, seconds."""
+    poll_max_interval_seconds: float = Field(default=0.1, ge=0.01, le=60, allow_inf_nan=False)
+    """Latency mode: the idle wait doubles up to this while claims keep finding nothing, seconds."""
+    handover_seconds: float = Field(default=10.0, ge=0, le=300, allow_inf_nan=False)
+    """SES: the first and last seconds of an invocation, when it paces at half the rate (an overlap)."""
+    metrics_interval_seconds: float = Field(default=10.0, ge=1, le=900, allow_inf_nan=False)
+    """Drain and latency modes: metrics are flushed at least this often, seconds."""
+
+    ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP
+    """OUTBOX_ORDERING_ON_DEAD: when a message with a key is dead-lettered, its key's later
+    messages go on (skip) or wait until it is redriven or discarded (block)."""
 
     # --- claiming and leasing ---
     batch_size: int = Field(default=500, ge=1, le=10_000)
@@ -86,7 +224,8 @@ class Settings(BaseSettings):
     ses_quota_deferral_seconds: float = Field(default=3600.0, ge=60, le=2 * 24 * 3600, allow_inf_nan=False)
     """Deferral when the 24-hour sending quota is used up, seconds."""
     ses_max_send_rate: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
-    """Override of the account's MaxSendRate (emails/second); normally read from GetAccount."""
+    """Cap on the account's MaxSendRate from GetAccount, recipients per second (SES counts
+    recipients); the lower one wins."""
 
     # --- retention (maintenance function) ---
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
@@ -105,18 +244,51 @@ class Settings(BaseSettings):
                 f"OUTBOX_DEADLINE_MARGIN_SECONDS ({self.deadline_margin_seconds:g}s) must be shorter than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered"
             )
+        if self.poll_max_interval_seconds < self.poll_interval_seconds:
+            raise ValueError("OUTBOX_POLL_MAX_INTERVAL_SECONDS must be >= OUTBOX_POLL_INTERVAL_SECONDS")
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("OUTBOX_BACKOFF_CAP_SECONDS must be >= OUTBOX_BACKOFF_BASE_SECONDS")
         if self.backoff_floor_seconds > self.backoff_cap_seconds:
             raise ValueError("OUTBOX_BACKOFF_FLOOR_SECONDS must be <= OUTBOX_BACKOFF_CAP_SECONDS")
         if self.database_url is None and self.database_secret_arn is None:
             raise ValueError("DATABASE_URL: set DATABASE_URL or DATABASE_SECRET_ARN")
-        if self.database_url is not None and not self.database_url.startswith("postgresql"):
-            raise ValueError("DATABASE_URL: must be a SQLAlchemy PostgreSQL URL, postgresql+pg8000://…")
+        if self.database_url is not None:
+            try:
+                parse_database_url(self.database_url)
+            except ValueError as exc:
+                raise ValueError(f"DATABASE_URL: {exc}") from None
         if self.relays and self.channel is Channel.REDIS and self.redis_url is None and self.redis_url_secret_arn is None:
             raise ValueError("REDIS_URL: set REDIS_URL or REDIS_URL_SECRET_ARN for OUTBOX_CHANNEL=redis")
-        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("REDIS_URL: must start with redis://, rediss:// or unix://")
+        if self.redis_url is not None:
+            try:
+                check_redis_url(self.redis_url, cluster=self.redis_cluster, iam=self.redis_iam_auth)
+            except ValueError as exc:
+                raise ValueError(f"REDIS_URL: {exc}") from None
+        if self.relays and self.channel is Channel.REDIS and (
+                self.redis_dedupe_ttl_seconds < self.lease_seconds + self.function_timeout_seconds):
+            # A crashed invocation's message is claimed again once its lease expires and
+            # published again within one more timeout: the dedupe key must still be there.
+            raise ValueError(
+                f"OUTBOX_REDIS_DEDUPE_TTL_SECONDS ({self.redis_dedupe_ttl_seconds}s) must be at least "
+                f"OUTBOX_LEASE_SECONDS + OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.lease_seconds:g}s + "
+                f"{self.function_timeout_seconds:g}s), or a message published again after a crash is "
+                "not recognised and lands in the stream twice"
+            )
+        if self.relays and self.channel is Channel.REDIS and self.redis_iam_auth and not self.redis_iam_cache_name:
+            raise ValueError("OUTBOX_REDIS_IAM_CACHE_NAME: OUTBOX_REDIS_IAM_AUTH=true signs its token for one cache: "
+                             "set its replication group id or serverless cache name")
+        if self.relays and self.channel is Channel.REDIS and self.redis_trim is RedisTrim.ACKNOWLEDGED \
+                and self.redis_maxlen == 0:
+            raise ValueError("OUTBOX_REDIS_TRIM: acknowledged trims a stream down to OUTBOX_REDIS_MAXLEN; "
+                             "set OUTBOX_REDIS_MAXLEN above 0, or OUTBOX_REDIS_TRIM=maxlen")
+        if self.relays and self.channel is Channel.REDIS and self.redis_wait_replicas and (
+                self.redis_wait_timeout_ms / 1000.0 >= self.redis_socket_timeout_seconds):
+            # The reply to WAIT comes after its timeout: a socket timeout first would turn
+            # every slow replica into a connection failure.
+            raise ValueError(
+                f"OUTBOX_REDIS_WAIT_TIMEOUT_MS ({self.redis_wait_timeout_ms} ms) must be shorter than "
+                f"OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS ({self.redis_socket_timeout_seconds:g}s), or a replica "
+                "that does not answer in time looks like Redis going away")
         return self
 
 
@@ -133,7 +305,8 @@ class MaintenanceSettings(Settings):
 
 _RELATION_VARS = (
     "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
-    "DATABASE_URL", "REDIS_URL",
+    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "DATABASE_URL", "REDIS_URL", "OUTBOX_REDIS_DEDUPE_TTL_SECONDS",
+    "OUTBOX_REDIS_TRIM", "OUTBOX_REDIS_WAIT_TIMEOUT_MS", "OUTBOX_REDIS_IAM_CACHE_NAME",
 )
 
 
@@ -170,11 +343,13 @@ def _load(cls: type[Settings], overrides: dict[str, object]) -> Settings:
         first = exc.errors()[0]
         loc = first.get("loc") or ()
         message = str(first.get("msg", "invalid value"))
+        if first.get("type") == "bool_parsing":
+            message = "must be true or false (also 1/0, yes/no, on/off)"
         if loc:
             return _raise(_variable_for(str(loc[0])), message)
-        for var in _RELATION_VARS:
-            if var in message:
-                return _raise(var, message.removeprefix("Value error, "))
+        named = [(message.find(var), var) for var in _RELATION_VARS if var in message]
+        if named:  # the variable the message is about is the one it names first
+            return _raise(min(named)[1], message.removeprefix("Value error, "))
         return _raise("OUTBOX_*", message)
 
 

@@ -25,12 +25,14 @@ import ssl
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import Settings
 from .errors import ConfigurationError
 from .observability import logger as log
+from .paramstyle import memoize_paramstyle_conversion
+from .urls import parse_database_url
 
 T = TypeVar("T")
 
@@ -66,25 +68,29 @@ def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
 def base_url(settings: Settings) -> URL:
     """The URL the engine is created with (password from the secret, if any)."""
     if settings.database_url:
-        url = make_url(settings.database_url)
-        if url.drivername in ("postgresql", "postgres"):
-            url = url.set(drivername="postgresql+pg8000")
-        if url.drivername != "postgresql+pg8000":
-            raise ConfigurationError("DATABASE_URL", f"driver must be postgresql+pg8000, not {url.drivername}")
-        return url
+        try:
+            return parse_database_url(settings.database_url)
+        except ValueError as exc:
+            raise ConfigurationError("DATABASE_URL", str(exc)) from None
     return _secret_url(settings)
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    if settings.database_tls == "disable":
+    return tls_context(settings.database_tls, settings.database_ca_bundle)
+
+
+def tls_context(mode: str, ca_bundle: str | None = None) -> ssl.SSLContext | None:
+    """The TLS context for DATABASE_TLS `mode` (disable, require, verify-full), the
+    relay's and the `outbox` command's alike."""
+    if mode == "disable":
         return None
-    if settings.database_tls == "require":
+    if mode == "require":
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
     try:
-        return ssl.create_default_context(cafile=settings.database_ca_bundle)
+        return ssl.create_default_context(cafile=ca_bundle)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError("DATABASE_CA_BUNDLE", f"cannot load CA bundle ({exc})") from exc
 
@@ -125,7 +131,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
     Amazon RDS User Guide: connections must use SSL).
     """
     if settings.database_iam_auth and settings.database_tls == "disable":
-        raise ConfigurationError("DATABASE_TLS", "IAM authentication needs TLS: set require or verify-full")
+        raise ConfigurationError("DATABASE_TLS", "DATABASE_IAM_AUTH=true needs TLS: set require or verify-full")
     url = base_url(settings)
     connect_args: dict[str, Any] = {"timeout": 10, "application_name": "outbox-relay"}
     # pg8000 takes ssl_context=None as "try TLS unverified, else clear text";
@@ -142,6 +148,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
         connect_args=connect_args,
     )
     event.listen(engine, "connect", _set_no_delay)
+    event.listen(engine, "handle_error", _socket_errors_are_disconnects)
     memoize_paramstyle_conversion()
 
     if settings.database_iam_auth:
@@ -170,6 +177,18 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
     return engine
 
 
+def _socket_errors_are_disconnects(ctx: Any) -> Any:
+    """A socket error from pg8000 (it lets some through unwrapped, e.g. a
+    connection reset by a server that ended the backend) means the connection
+    is gone: mark it a disconnect, so the pool drops its connections and
+    `run_with_retry` runs the work again on a new one."""
+    original = ctx.original_exception
+    if isinstance(original, OSError) and ctx.sqlalchemy_exception is None:
+        ctx.is_disconnect = True
+        return OperationalError(ctx.statement, ctx.parameters, original, connection_invalidated=True)
+    return None
+
+
 def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
     """Turn off Nagle's algorithm on a new pg8000 connection's TCP socket.
 
@@ -177,9 +196,8 @@ def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
     `connectNoDelay`); pg8000 does not. pg8000 writes a statement's Bind in
     parts, so a Bind larger than one TCP segment (the outcome arrays of a
     batch) left its tail waiting for the ACK of the first part, which the
-    server delays ("TCP delayed acknowledgement", 40 ms on Linux): bench/
-    measured the outcome write of 1,000 messages at 18 ms with this and
-    62-71 ms without. Unix-domain sockets have no such option and are left alone.
+    server delays ("TCP delayed acknowledgement"), stalling the statement.
+    Unix-domain sockets have no such option and are left alone.
     pg8000 keeps its socket in `_usock` (no public accessor); when that changes,
     the connection still works, only slower.
     """
@@ -192,76 +210,25 @@ def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
         log.warning("could not set TCP_NODELAY on the database connection", extra={"error_class": type(exc).__name__})
 
 
-def memoize_paramstyle_conversion() -> None:
-    """Make pg8000 convert each distinct statement text's placeholders once per process.
-
-    pg8000 rewrites a statement's `%s` placeholders (SQLAlchemy's `format`
-    paramstyle for pg8000) into `$1, $2, …` on every execute, with a scanner
-    that reads the text one character at a time in Python (pg8000.dbapi,
-    `convert_paramstyle`): 0.7 ms for the claim's 3,000 characters and 1.3 ms
-    per invocation on the bench machine, whatever the batch size. For the
-    `format` style the rewritten text depends on the text only (the
-    parameters pass through unchanged), so it is kept in a dictionary keyed
-    by the text. The relay has a handful of statements; texts longer than
-    `_PARAMSTYLE_CACHE_MAX_CHARS` are not kept, and when
-    `_PARAMSTYLE_CACHE_SIZE` texts are kept the dictionary starts again
-    empty, so a process that also runs SQL built at run time (an `IN` list of
-    varying length) holds at most about 1 MB of it and the relay's own
-    statements come back on their next use. Other paramstyles go straight to
-    pg8000.
-
-    This replaces `pg8000.legacy.convert_paramstyle` for the whole process
-    (every pg8000 connection, not only the relay's engine); pg8000 looks the
-    function up in that module at each execute. If a pg8000 release moves
-    it, this does nothing and statements are converted as before. Idempotent.
-    """
-    try:
-        import pg8000.legacy as legacy
-    except ImportError:  # pragma: no cover - pg8000 is a dependency
-        return
-    original = getattr(legacy, "convert_paramstyle", None)
-    if original is None or getattr(original, "outbox_memoized", False):
-        return
-    cache: dict[str, str] = {}
-
-    def convert_paramstyle(style: str, query: str, args: Any) -> tuple[str, Any]:
-        if style != "format":
-            return original(style, query, args)
-        statement = cache.get(query)
-        if statement is None:
-            statement, vals = original(style, query, args)
-            if len(query) <= _PARAMSTYLE_CACHE_MAX_CHARS:
-                if len(cache) >= _PARAMSTYLE_CACHE_SIZE:
-                    cache.clear()
-                cache[query] = statement
-            return statement, vals
-        return statement, args
-
-    convert_paramstyle.outbox_memoized = True  # type: ignore[attr-defined]
-    convert_paramstyle.original = original  # type: ignore[attr-defined]
-    convert_paramstyle.cache = cache  # type: ignore[attr-defined]
-    legacy.convert_paramstyle = convert_paramstyle
-
-
-_PARAMSTYLE_CACHE_SIZE = 64
-_PARAMSTYLE_CACHE_MAX_CHARS = 8_000
-
-
 def _cparams(url: URL) -> dict[str, Any]:
     return {"user": url.username, "password": url.password, "host": url.host,
             "port": url.port or 5432, "database": url.database}
 
 
-def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
+def run_with_retry(engine: Engine, work: Callable[[Any], T], *, transaction: bool = False) -> T:
     """Run `work(connection)` once; if the pooled connection turns out to be
     dead (a thawed Lambda container, a failover), run it once more on a new one.
-    Any other error propagates."""
+    Any other error propagates.
+
+    With `transaction`, `work` runs inside `engine.begin()` (one short
+    transaction); pass only work that is harmless to repeat."""
+    open_ = engine.begin if transaction else engine.connect
     try:
-        with engine.connect() as conn:
+        with open_() as conn:
             return work(conn)
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
         log.warning("database connection was invalidated; retrying once")
-        with engine.connect() as conn:
+        with open_() as conn:
             return work(conn)

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OutboxError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -23,6 +25,21 @@ class ConfigurationError(OutboxError):
         self.variable = variable
         self.problem = problem
         super().__init__(f"{variable}: {problem}")
+
+
+class InvalidEventError(OutboxError, ValueError):
+    """An invocation's event cannot be used. `field` names the offending field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+    @classmethod
+    def of(cls, exc: Any) -> "InvalidEventError":
+        """The first error of a pydantic `ValidationError`, as one line naming its field."""
+        first = exc.errors()[0]
+        return cls(".".join(str(p) for p in first.get("loc", ())) or "event", first["msg"])
 
 
 class InvalidMessageError(OutboxError, ValueError):

@@ -1,18 +1,20 @@
 """What a relay handler does, outside the handler: parse the schedule's event,
-run one batch, emit metrics and return the summary."""
+run one invocation in the configured mode, emit metrics and return the summary."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import observability as obs
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidEventError
 from .models import Channel
+from .modes import run_invocation
 from .publishers.base import Deadline
-from .relay import run_batch
+from .relay import COUNTERS, Summary
 from .runtime import Dependencies
 from .store import lease_token
 
@@ -52,13 +54,54 @@ def check_timeout(deps: Dependencies, context: Any) -> None:
         )
 
 
+class MetricsWindow:
+    """The invocation's EMF metrics, flushed at least every `interval_seconds`
+    while it runs (a latency-mode invocation lasts about a minute), the rest by
+    the handler's `log_metrics` at the end. Each flush carries the counts since
+    the one before and the delivery lag of the messages delivered meanwhile."""
+
+    def __init__(self, channel: Channel, interval_seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.channel = channel
+        self.interval = interval_seconds
+        self.clock = clock
+        self._sent = dict.fromkeys(COUNTERS, 0)
+        self._due = clock() + interval_seconds
+
+    def maybe_flush(self, summary: Summary) -> None:
+        if self.clock() >= self._due:
+            self.add(summary)
+            obs.metrics.flush_metrics()
+            self._due = self.clock() + self.interval
+
+    def add(self, summary: Summary) -> None:
+        """Add the metrics of what happened since the last flush (not flushed)."""
+        obs.ensure_namespace()
+        obs.metrics.add_dimension(name="channel", value=self.channel.value)
+        counters = summary.counters()
+        for name, metric in ((c, obs.COUNTER_METRICS[c]) for c in COUNTERS):
+            obs.emit(metric, counters[name] - self._sent[name])
+        self._sent = counters
+        if summary.oldest_pending_age_seconds is not None:
+            obs.emit(obs.OLDEST_PENDING_AGE, summary.oldest_pending_age_seconds)
+        lag = summary.take_window_lag()
+        if lag.count:
+            obs.emit(obs.DELIVERY_LAG_MAX, lag.max_ms)
+        # Last: Powertools flushes the document by itself when a metric reaches 100 values.
+        for value in lag.samples():
+            obs.emit(obs.DELIVERY_LAG, value)
+
+
 def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) -> dict[str, Any]:
     """Run one relay invocation for `deps.settings.channel` and return the summary dict.
 
-    Raises `pydantic.ValidationError` for an unusable event, `ConfigurationError`
+    Raises `InvalidEventError` for an unusable event, `ConfigurationError`
     for a misrouted schedule or a timeout not shorter than the lease.
     """
-    parsed = ScheduleEvent.model_validate(event or {})
+    try:
+        parsed = ScheduleEvent.model_validate(event or {})
+    except ValidationError as exc:
+        raise InvalidEventError.of(exc) from None
     channel = deps.settings.channel
     if parsed.channel is not None and parsed.channel is not channel:
         raise ConfigurationError("OUTBOX_CHANNEL", f"this function relays {channel.value}, "
@@ -66,28 +109,28 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     check_timeout(deps, context)
     deadline = Deadline(context.get_remaining_time_in_millis, deps.settings.deadline_margin_seconds)
     owner = lease_token(getattr(context, "aws_request_id", "local"))
+    window = MetricsWindow(channel, deps.settings.metrics_interval_seconds)
 
-    summary = run_batch(deps.store, deps.publisher, deps.policy, deadline, owner)
+    summary = run_invocation(deps.store, deps.publisher, deps.policy, deadline, owner,
+                             on_progress=window.maybe_flush)
+    if summary.oldest_pending_age_seconds is None:
+        # The outcome writes read it. With nothing recorded, a last claim that found
+        # nothing says no message was due; else (a closed gate) it is read.
+        summary.oldest_pending_age_seconds = 0.0 if summary.last_claim_found is False \
+            else deps.store.oldest_pending_age_seconds()
     result = summary.as_dict()
-    # Read by the batch's last outcome write; its own statement only when nothing was recorded.
-    oldest = result.pop("oldest_pending_age_seconds")
-    if oldest is None:
-        oldest = deps.store.oldest_pending_age_seconds()
-    result["oldest_pending_age_seconds"] = round(oldest, 3)
+    result["oldest_pending_age_seconds"] = round(summary.oldest_pending_age_seconds, 3)
 
-    obs.ensure_namespace()
-    obs.metrics.add_dimension(name="channel", value=channel.value)
-    obs.emit(obs.CLAIMED, summary.claimed)
-    obs.emit(obs.DELIVERED, summary.delivered)
-    obs.emit(obs.RETRIED, summary.retried)
-    obs.emit(obs.DEAD_LETTERED, summary.dead)
-    obs.emit(obs.RELEASED, summary.released)
-    obs.emit(obs.LEASE_LOST, summary.lease_lost)
-    obs.emit(obs.THROTTLED, summary.throttled)
+    window.add(summary)
+    counters = getattr(deps.publisher, "counters", None)
+    if counters:
+        # The publisher's own counts (Redis: not replicated, memory full, stream full, trimmed).
+        for name, value in counters.items():
+            obs.emit(name, value)
+        result["downstream"] = dict(counters)
     obs.emit(obs.BATCH_STOPPED, 1 if summary.stopped else 0)
     obs.emit(obs.GATE_CLOSED, 1 if summary.gate_closed else 0)
     obs.emit(obs.BATCH_DURATION, summary.duration_ms)
-    obs.emit(obs.OLDEST_PENDING_AGE, oldest)
     obs.logger.info("relay batch done", extra={k: v for k, v in result.items() if k != "lease_owner"}
                     | {"lease_owner": summary.lease_owner, "schedule": parsed.schedule_arn or parsed.source})
     return result

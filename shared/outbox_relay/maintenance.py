@@ -24,14 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from sqlalchemy import Engine
 
 from . import observability as obs
-from . import ops
 from .config import MaintenanceSettings, load_maintenance_settings
 from .db import create_relay_engine
+from .errors import InvalidEventError
 from .models import Channel, ErrorClass
+from .operations.purge import PurgeResult, purge
+from .operations.redrive import RedriveSelection, redrive
+from .operations.stats import Backlog, backlog
 
 #: Purge batches are not started when fewer seconds than this remain in the
 #: invocation (at least the relay's deadline margin): the backlog query and the
@@ -69,13 +72,14 @@ class RedriveRequest(BaseModel):
     ids: list[uuid.UUID] = Field(default_factory=list, max_length=10_000)
     channel: Channel | None = None
     error_class: ErrorClass | None = None
-    all: bool = False
-    dry_run: bool = False
+    # Strict: "false" or "yes" in a request is refused, not read as a boolean.
+    all: StrictBool = False
+    dry_run: StrictBool = False
     source: str | None = None
 
-    def selection(self) -> ops.RedriveSelection:
-        """The `ops.RedriveSelection`; raises `ValueError` when nothing or too much is selected."""
-        return ops.RedriveSelection(tuple(self.ids), self.channel,
+    def selection(self) -> RedriveSelection:
+        """The `RedriveSelection`; raises `ValueError` when nothing or too much is selected."""
+        return RedriveSelection(tuple(self.ids), self.channel,
                                     self.error_class.value if self.error_class else None, self.all)
 
 
@@ -110,23 +114,32 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
     Powertools singleton: every channel but the last is flushed here (one EMF
     document per channel), the last by the handler's `log_metrics`.
 
-    Raises `pydantic.ValidationError` for an unusable event (the error names
-    the field) and `ValueError` for a redrive request that selects nothing.
+    Raises `InvalidEventError` for an unusable event (naming the field), a
+    redrive request that selects nothing included.
     """
     event = event or {}
-    purged: ops.PurgeResult | None = None
+    purged: PurgeResult | None = None
     summary: dict[str, Any]
     if event.get("action") == "redrive":
-        request = RedriveRequest.model_validate(event)
-        result = ops.redrive(deps.engine, request.selection(), dry_run=request.dry_run)
+        try:
+            request = RedriveRequest.model_validate(event)
+            selection = request.selection()
+        except ValidationError as exc:
+            raise InvalidEventError.of(exc) from None
+        except ValueError as exc:
+            raise InvalidEventError("event", str(exc)) from None
+        result = redrive(deps.engine, selection, dry_run=request.dry_run)
         summary = {"action": "redrive", "redrive": result.as_dict()}
         obs.logger.info("redrive done", extra={"moved": result.moved, "dry_run": result.dry_run,
                                                "by_channel": result.by_channel,
                                                "by_error_class": result.by_error_class})
     else:
-        run = ScheduledRun.model_validate(event)
+        try:
+            run = ScheduledRun.model_validate(event)
+        except ValidationError as exc:
+            raise InvalidEventError.of(exc) from None
         reserve = max(MIN_RESERVE_SECONDS, deps.settings.deadline_margin_seconds)
-        purged = ops.purge(
+        purged = purge(
             deps.engine,
             delivered_older_than_seconds=deps.settings.retain_delivered_seconds,
             dead_older_than_seconds=deps.settings.retain_dead_seconds,
@@ -138,7 +151,7 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
         obs.logger.info("retention purge done", extra={"delivered": purged.delivered, "dead": purged.dead,
                                                        "batches": purged.batches, "complete": purged.complete,
                                                        "schedule": run.schedule_arn or run.source})
-    figures = ops.backlog(deps.engine)
+    figures = backlog(deps.engine)
     summary["backlog"] = [{"channel": b.channel.value, "pending_depth": b.pending_depth,
                            "oldest_pending_age_seconds": b.oldest_pending_age_seconds,
                            "dead_count": b.dead_count} for b in figures]
@@ -146,7 +159,7 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
     return summary
 
 
-def emit_backlog(figures: list[ops.Backlog], purged: ops.PurgeResult | None = None) -> None:
+def emit_backlog(figures: list[Backlog], purged: PurgeResult | None = None) -> None:
     """Add PendingDepth, OldestPendingAge, DeadCount (and Purged, when a purge
     ran) per channel to the metrics singleton, one dimension set per EMF
     document: the set of each channel but the last is flushed here."""

@@ -16,13 +16,45 @@ class Channel(str, enum.Enum):
     SES = "ses"  # a transactional email, SendEmail through Amazon SES v2
 
 
+class Mode(str, enum.Enum):
+    """How much one invocation does (OUTBOX_MODE; docs/design.md, "Invocation modes")."""
+
+    BATCH = "batch"  # one batch per invocation
+    DRAIN = "drain"  # batches back to back while they come back full and time remains
+    LATENCY = "latency"  # batches until the deadline, polling the idle interval when nothing is due
+
+
+class OrderingOnDead(str, enum.Enum):
+    """What a dead letter does to the later messages of its key (OUTBOX_ORDERING_ON_DEAD;
+    docs/design.md, "Per-key ordering")."""
+
+    SKIP = "skip"  # they go on: the key has a gap where the dead letter was
+    BLOCK = "block"  # they wait until the dead letter is redriven or discarded
+
+
+class RedisTrim(str, enum.Enum):
+    """How streams are kept to OUTBOX_REDIS_MAXLEN (OUTBOX_REDIS_TRIM; docs/channels.md, "Trimming")."""
+
+    MAXLEN = "maxlen"  # XADD MAXLEN ~ n: oldest entries go, read or not
+    ACKNOWLEDGED = "acknowledged"  # only entries every consumer group has acknowledged go
+
+
+class RedisOnFull(str, enum.Enum):
+    """What `acknowledged` trimming does with a stream at its bound because a consumer group
+    lags (OUTBOX_REDIS_ON_FULL)."""
+
+    HOLD = "hold"  # publish nothing more to it: released with attempts refunded, metric StreamFull
+    TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
+
+
 class Status(str, enum.Enum):
-    """Lifecycle states of an outbox message (DESIGN.md, "Message lifecycle")."""
+    """Lifecycle states of an outbox message (docs/design.md, "Message lifecycle")."""
 
     PENDING = "pending"  # waiting; claimable once `available_at <= now()`
     LEASED = "leased"  # claimed by `lease_owner` until `lease_expires_at`
     DELIVERED = "delivered"  # left the database; `delivery_ref` says where it landed
-    DEAD = "dead"  # given up; `last_error` says why; an operator may redrive it
+    DEAD = "dead"  # given up; `last_error` says why; an operator may redrive or discard it
+    DISCARDED = "discarded"  # a dead letter an operator gave up on: it holds back no key
 
 
 class ErrorClass(str, enum.Enum):
@@ -57,8 +89,7 @@ class ClaimedMessage(NamedTuple):
     `created_at` is an ISO 8601 UTC string produced by the database.
 
     A named tuple rather than a frozen dataclass: a claim builds one per row,
-    and a frozen dataclass's `__init__` (one `object.__setattr__` per field)
-    cost about as much as decoding the row (bench/).
+    and a frozen dataclass's `__init__` runs one `object.__setattr__` per field.
     """
 
     seq: int
@@ -75,11 +106,11 @@ class ClaimedMessage(NamedTuple):
 
     @classmethod
     def from_row(cls, row: Any) -> "ClaimedMessage":
-        """Build from a row of the claim statement (see `sql.CLAIM`): a first
+        """Build from a row of the claim statement (see `sql.relay.claim`): a first
         column "seq status attempts max_attempts message_id created_at"
         (generated values, never with a space), then destination, type, key,
         payload and headers."""
-        head, destination, type_, key, payload, headers = row
+        head, destination, type_, key, payload, headers = row[:6]
         seq, status, attempts, max_attempts, message_id, created_at = head.split(" ")
         return _new_tuple(cls, (
             int(seq), message_id, _STATUS[status], destination, type_, key, payload, headers,
@@ -112,8 +143,8 @@ class DeliveryResult(NamedTuple):
 
     @classmethod
     def delivered(cls, seq: int, delivery_ref: str) -> "DeliveryResult":
-        """A success, built positionally: a keyword call to a named tuple costs
-        three times as much, once per message on the hot path (bench/)."""
+        """A success, built positionally (a keyword call to a named tuple is
+        several times slower, and this runs once per message)."""
         return _new_tuple(cls, (seq, delivery_ref, None, None, None))
 
 

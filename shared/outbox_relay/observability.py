@@ -8,15 +8,41 @@ classes, never payloads, addresses or subjects.
 
 from __future__ import annotations
 
+import os
+
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import TypeAdapter, ValidationError
 
-SERVICE = "outbox-relay"
+from .config import SERVICE_NAME, log_level_ok
+
+SERVICE = SERVICE_NAME
 DEFAULT_NAMESPACE = "OutboxRelay"
 
-logger = Logger(service=SERVICE)
-metrics = Metrics(service=SERVICE)
-tracer = Tracer(service=SERVICE)
+
+def _boolean_ok(value: str) -> bool:
+    try:
+        TypeAdapter(bool).validate_python(value)
+        return True
+    except ValidationError:
+        return False
+
+
+# Powertools reads these three when the singletons are built and raises ValueError
+# (an import error, a traceback) on a bad value. Build with a safe value instead:
+# the settings then stop start-up naming the variable (`config.SdkEnvironment`).
+_level = os.environ.get("POWERTOOLS_LOG_LEVEL")
+_trace_disabled = os.environ.get("POWERTOOLS_TRACE_DISABLED")
+_dev = os.environ.get("POWERTOOLS_DEV")
+if _dev and not _boolean_ok(_dev):
+    del os.environ["POWERTOOLS_DEV"]  # it has no parameter: unset while the singletons are built
+try:
+    logger = Logger(service=SERVICE, level="INFO" if _level and not log_level_ok(_level) else None)
+    metrics = Metrics(service=SERVICE)
+    tracer = Tracer(service=SERVICE, disabled=True if _trace_disabled and not _boolean_ok(_trace_disabled) else None)
+finally:
+    if _dev is not None:
+        os.environ["POWERTOOLS_DEV"] = _dev
 
 # Relay (per invocation, dimension channel)
 CLAIMED = "Claimed"
@@ -30,6 +56,16 @@ BATCH_STOPPED = "BatchStopped"
 GATE_CLOSED = "GateClosed"
 BATCH_DURATION = "BatchDuration"
 OLDEST_PENDING_AGE = "OldestPendingAge"
+DELIVERY_LAG = "DeliveryLag"
+DELIVERY_LAG_MAX = "DeliveryLagMax"
+# Redis relay only (per invocation): messages not recorded delivered because fewer replicas
+# than OUTBOX_REDIS_WAIT_REPLICAS acknowledged them; claims refused because Redis memory was
+# full (or it answered OOM); messages held because their stream was at its bound; entries
+# trimmed that a consumer group had not acknowledged (OUTBOX_REDIS_ON_FULL=trim).
+NOT_REPLICATED = "NotReplicated"
+MEMORY_FULL = "RedisMemoryFull"
+STREAM_FULL = "StreamFull"
+TRIMMED_UNACKNOWLEDGED = "TrimmedUnacknowledged"
 # Maintenance (daily, dimension channel)
 PENDING_DEPTH = "PendingDepth"
 DEAD_COUNT = "DeadCount"
@@ -48,9 +84,22 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     GATE_CLOSED: MetricUnit.Count,
     BATCH_DURATION: MetricUnit.Milliseconds,
     OLDEST_PENDING_AGE: MetricUnit.Seconds,
+    DELIVERY_LAG: MetricUnit.Milliseconds,
+    DELIVERY_LAG_MAX: MetricUnit.Milliseconds,
+    NOT_REPLICATED: MetricUnit.Count,
+    MEMORY_FULL: MetricUnit.Count,
+    STREAM_FULL: MetricUnit.Count,
+    TRIMMED_UNACKNOWLEDGED: MetricUnit.Count,
     PENDING_DEPTH: MetricUnit.Count,
     DEAD_COUNT: MetricUnit.Count,
     PURGED: MetricUnit.Count,
+}
+
+
+#: The relay summary's message counts (`relay.COUNTERS`) and the metric each one is.
+COUNTER_METRICS = {
+    "claimed": CLAIMED, "delivered": DELIVERED, "retried": RETRIED, "dead": DEAD_LETTERED,
+    "released": RELEASED, "lease_lost": LEASE_LOST, "throttled": THROTTLED,
 }
 
 

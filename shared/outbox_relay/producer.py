@@ -1,4 +1,4 @@
-"""Producer API: write outbox messages inside the caller's transaction.
+"""Producer API, both channels: write outbox messages inside the caller's transaction.
 
 Call these with the SQLAlchemy `Connection` or `Session` that carries your
 business change; the message exists exactly when your transaction commits.
@@ -7,67 +7,87 @@ Nothing here commits, opens a connection or reads the environment.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 import uuid
-from datetime import datetime
-from typing import Any, Iterable, Mapping
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from . import sql
+from .email.mime import check_size
+from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 from .errors import InvalidMessageError
+from .events import check_deliver_at, check_key, event_row
 from .models import Channel
 
-#: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
-#: size limit of Amazon SQS, SNS and EventBridge. Redis accepts far more, but a
-#: relay batch holds every payload in memory; put big documents elsewhere
-#: (S3) and send a reference.
-MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
-MAX_NAME_CHARS = 512
-# A JSON escape of NUL: \u0000 preceded by an even number of backslashes.
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+#: Most messages in one bulk statement.
 BULK_CHUNK = 1000
-
-
-def _json_text(value: Any, field: str, limit: int) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(field, f"must be JSON-serialisable ({exc})") from None
-    except RecursionError:
-        raise InvalidMessageError(field, "is nested too deeply to serialise") from None
-    try:
-        encoded = text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidMessageError(field, "must be valid Unicode (no lone surrogates)") from None
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        # The NUL character (\u0000): the idempotency check compares payloads as
-        # jsonb, which refuses it ("JSON Types", PostgreSQL documentation).
-        raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
-    size = len(encoded)
-    if size > limit:
-        raise InvalidMessageError(field, f"is {size} bytes as JSON; the limit is {limit} bytes")
-    return text
+#: Most payload and header JSON text in one bulk statement, bytes, so a bulk call
+#: holds about one statement's text at a time (a few copies of it: the texts, the
+#: statement's JSON array, its encoding), whatever the number of messages.
+BULK_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 _ID_TAKEN = ("already used by a different message (channel, destination, type, key or payload differ); "
              "an idempotency key must identify one message")
 
 
-def _check_repeats(rows: list[dict[str, Any]]) -> None:
-    """Refuse one message id given twice in one call for two different messages
-    (channel, destination, type, key, or payload as the JSON text written)."""
-    first: dict[uuid.UUID, int] = {}
-    fields = ("channel", "destination", "type", "key", "payload")
-    for i, r in enumerate(rows):
-        j = first.setdefault(r["message_id"], i)
-        if j != i and any(rows[j][f] != r[f] for f in fields):
-            raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
+class _Number:
+    """A JSON number compared by value, as jsonb compares them (1 = 1.0 = 1e0), and
+    never equal to a boolean (Python's True == 1 is not JSON's)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, text: str) -> None:
+        self.value = Decimal(text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Number) and self.value == other.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _same_json(a: str, b: str) -> bool:
+    """Whether two JSON texts hold the same value as PostgreSQL's `jsonb` compares
+    them (the comparison with a stored message, `same_message_as_m`): key order and
+    spacing do not matter, numbers compare by value, a repeated key keeps its last value."""
+    if a == b:
+        return True
+    try:
+        return json.loads(a, parse_int=_Number, parse_float=_Number) == \
+            json.loads(b, parse_int=_Number, parse_float=_Number)
+    except RecursionError:  # nested deeper than the comparison can go: the texts differ, so refuse
+        return False
+
+
+class _Holder(NamedTuple):
+    """The first message given a caller's message id in one bulk call: its position,
+    the fields that make it the same message, and a digest of its payload text."""
+
+    position: int
+    fields: tuple[Any, ...]
+    digest: bytes
+
+
+def _check_repeats(data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _Holder], i: int,
+                   row: Mapping[str, Any], now: datetime) -> None:
+    """Refuse message `i` when its id was given earlier in the call to a different
+    message: another channel, destination, type or key, or a payload that is another
+    JSON value (compared as `jsonb` compares, as against a stored message; headers are
+    not compared). Only the digest of a holder's payload is kept; its text is made
+    again when the digests differ."""
+    fields = (row["channel"], row["destination"], row["type"], row["key"])
+    digest = hashlib.sha256(row["payload"].encode("utf-8")).digest()
+    holder = holders.setdefault(row["message_id"], _Holder(i, fields, digest))
+    if holder.position == i or (holder.fields == fields and holder.digest == digest):
+        return
+    if holder.fields != fields or not _same_json(event_row(data[holder.position], now)["payload"], row["payload"]):
+        raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
 
 
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
-    """Write one validated message row (`sql.INSERT_MESSAGE` parameters) in the
+    """Write one validated message row (`sql.producer.insert_message` parameters) in the
     caller's transaction and return its message id.
 
     The message id is an idempotency key: the same message again is a no-op.
@@ -76,110 +96,13 @@ def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     payload), which would otherwise be dropped silently, also when another
     transaction wrote it at the same time (one more statement, only then).
     """
-    inserted, same = conn.execute(sql.INSERT_MESSAGE, row).one()
+    inserted, same = conn.execute(sql.producer.insert_message, row).one()
     if not inserted and same is None:
         # Written by a transaction that committed while this one waited: look again.
-        same = conn.execute(sql.SAME_MESSAGE, row).scalar()
+        same = conn.execute(sql.producer.same_message, row).scalar()
     if not inserted and same is False:
         raise InvalidMessageError("message_id", _ID_TAKEN)
     return row["message_id"]
-
-
-def check_text(value: str) -> str:
-    """Refuse what PostgreSQL text cannot store (NUL) and what UTF-8 cannot encode (lone surrogates)."""
-    if "\x00" in value:
-        raise ValueError("must not contain the NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from None
-    return value
-
-
-def check_stream_name(stream: str) -> str:
-    """Validate a Redis stream name. Braces are allowed only as a Redis Cluster
-    hash tag (`{tag}`, "Redis cluster specification", key distribution model),
-    so the dedupe key can be placed in the stream's hash slot."""
-    open_ = stream.find("{")
-    if open_ == -1:
-        if "}" in stream:
-            raise ValueError("'}' is allowed only to close a Redis Cluster hash tag {…}")
-        return stream
-    close = stream.find("}", open_ + 1)
-    if close == -1 or close == open_ + 1:
-        raise ValueError("'{' must open a non-empty Redis Cluster hash tag {…}")
-    if "}" in stream[:open_]:
-        raise ValueError("'}' is allowed only to close a Redis Cluster hash tag {…}")
-    return stream
-
-
-class EventMessage(BaseModel):
-    """A domain event for a Redis Stream, as validated at enqueue."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    stream: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    type: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    payload: Any
-    key: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    headers: dict[str, str] | None = None
-    message_id: uuid.UUID | None = None
-    deliver_at: datetime | None = None
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
-
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, v: str) -> str:
-        if v.strip() != v or not v:
-            raise ValueError("must not be blank or have leading/trailing spaces")
-        return check_stream_name(check_text(v))
-
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return check_text(v)
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str | None) -> str | None:
-        return None if v is None else check_text(v)
-
-    @field_validator("deliver_at")
-    @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is None:
-            raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
-        return v
-
-
-def _validated(model: type[BaseModel], data: Mapping[str, Any]) -> Any:
-    try:
-        return model(**data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "message"
-        raise InvalidMessageError(field, str(err.get("msg", "invalid"))) from None
-    except TypeError as exc:
-        raise InvalidMessageError("message", str(exc)) from None
-
-
-def _event_row(data: Mapping[str, Any]) -> dict[str, Any]:
-    m: EventMessage = _validated(EventMessage, data)
-    payload_text = _json_text(m.payload, "payload", MAX_EVENT_PAYLOAD_BYTES)
-    headers_text = _json_text(m.headers, "headers", 64 * 1024) if m.headers else None
-    return {
-        "message_id": m.message_id or uuid.uuid4(),
-        "channel": Channel.REDIS.value,
-        "destination": m.stream,
-        "type": m.type,
-        "key": m.key,
-        "payload": payload_text,
-        "headers": headers_text,
-        "max_attempts": m.max_attempts,
-        "deliver_at": m.deliver_at,
-    }
 
 
 def enqueue_event(
@@ -202,10 +125,12 @@ def enqueue_event(
         type: event type, e.g. ``"order.placed"`` (non-empty).
         payload: any JSON-serialisable value, at most 256 KiB as UTF-8 JSON; NaN
             and the NUL character are refused.
-        key: optional ordering/partition key, published as the entry's `key` field.
+        key: optional ordering/partition key, published as the entry's `key` field;
+            not empty (leave it out for no key).
         message_id: idempotency key; enqueueing the same id again writes
             nothing and returns it. A fresh UUID4 when omitted.
-        deliver_at: timezone-aware time before which it is not delivered.
+        deliver_at: timezone-aware time before which it is not delivered, at most
+            366 days ahead; a past one (at most 366 days back) means now.
         max_attempts: per-message retry budget (1..1000), else the relay's default.
         headers: optional string metadata, published as the `headers` field (JSON).
 
@@ -215,7 +140,7 @@ def enqueue_event(
     Raises:
         InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
     """
-    row = _event_row({
+    row = event_row({
         "stream": stream, "type": type, "payload": payload, "key": key, "headers": headers,
         "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
     })
@@ -224,43 +149,215 @@ def enqueue_event(
 
 def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> list[uuid.UUID]:
     """Write many domain events in the caller's transaction, one statement per
-    chunk of 1,000 messages.
+    chunk of at most 1,000 messages and 8 MiB of payload and header JSON text
+    (`BULK_CHUNK`, `BULK_CHUNK_BYTES`).
 
     Each element is a mapping with the keyword arguments of `enqueue_event`
     (`stream`, `type`, `payload`, optional `key`, `message_id`, `deliver_at`,
     `max_attempts`, `headers`). Every message is validated before anything is
-    written; an invalid one raises `InvalidMessageError` whose field is prefixed
-    with its position, e.g. ``messages[3].payload``. Returns the message ids in order.
+    written (an iterator is read into a list first); an invalid one raises
+    `InvalidMessageError` whose field is prefixed with its position, e.g.
+    ``messages[3].payload``. Returns the message ids in order.
+
+    Memory: the JSON text is made twice, once to validate (and kept only for the
+    first chunk) and once per chunk to write, so beyond the caller's own messages
+    a call holds one chunk's text a few times over, not every message's.
 
     Message ids are idempotency keys, as for `enqueue_event`: an id already
-    written with the same message (channel, stream, type, key, payload) is
-    skipped, and so is the same message twice in one call. An id used for a
-    *different* message, earlier or in this call, raises `InvalidMessageError`
-    on ``messages[i].message_id`` (after the statement of its chunk ran: the
-    caller's transaction must not commit, which leaving its `with` block by
-    the exception ensures).
+    written with the same message (channel, stream, type, key, payload as a JSON
+    value) is skipped, and so is the same message twice in one call. An id used
+    for a *different* message in this call is refused before anything is
+    written; one used earlier raises `InvalidMessageError` on
+    ``messages[i].message_id`` after the statement of its chunk ran (the
+    caller's transaction must not commit, which leaving its `with` block by the
+    exception ensures).
     """
-    rows = []
-    for i, data in enumerate(messages):
+    data = messages if isinstance(messages, Sequence) else list(messages)
+    now = datetime.now(timezone.utc)  # one time for every deliver_at, in both passes
+    ids: list[uuid.UUID] = []
+    holders: dict[uuid.UUID, _Holder] = {}
+    ends: list[int] = []  # where each chunk ends (exclusive)
+    first_rows: list[dict[str, Any]] = []  # the first chunk's rows, written without making them again
+    count = size = 0
+    for i, item in enumerate(data):
         try:
-            rows.append(_event_row(data))
+            row = event_row(item, now)
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"messages[{i}].{exc.field}", exc.problem) from None
-    _check_repeats(rows)
-    for start in range(0, len(rows), BULK_CHUNK):
-        chunk = [
-            {**r, "i": i, "message_id": str(r["message_id"]),
-             "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
-            for i, r in enumerate(rows[start:start + BULK_CHUNK])
-        ]
-        skipped = conn.execute(sql.INSERT_MESSAGES_BULK,
-                               {"messages": json.dumps(chunk, ensure_ascii=False)}).all()
-        taken = [i for i, same in skipped if same is False]
-        unseen = [chunk[i] for i, same in skipped if same is None]
-        if unseen and not taken:
-            # Ids written by a transaction that committed while this one waited: look again.
-            taken = conn.execute(sql.SAME_MESSAGES,
-                                 {"messages": json.dumps(unseen, ensure_ascii=False)}).scalars().all()
-        if taken:
-            raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
-    return [r["message_id"] for r in rows]
+        if isinstance(item, Mapping) and item.get("message_id") is not None:  # generated ids never repeat
+            _check_repeats(data, holders, i, row, now)
+        ids.append(row["message_id"])
+        n = len(row["payload"].encode("utf-8")) + (len(row["headers"].encode("utf-8")) if row["headers"] else 0)
+        if count and (count == BULK_CHUNK or size + n > BULK_CHUNK_BYTES):
+            ends.append(i)
+            count = size = 0
+        count, size = count + 1, size + n
+        if not ends:
+            first_rows.append(row)
+    if count:
+        ends.append(len(data))
+    start = 0
+    for end in ends:
+        rows = first_rows if start == 0 else [dict(event_row(data[k], now), message_id=ids[k])
+                                              for k in range(start, end)]
+        _insert_chunk(conn, start, rows)  # empties `rows`
+        start = end
+    return ids
+
+
+def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
+    """Write the validated `rows` of positions `start`… in one statement (emptying
+    `rows`); raise on the first one whose id is held by a different message."""
+    messages = json.dumps([
+        {**r, "i": i, "message_id": str(r["message_id"]),
+         "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
+        for i, r in enumerate(rows)
+    ], ensure_ascii=False)
+    rows.clear()  # the texts now live in `messages` only
+    skipped = conn.execute(sql.producer.insert_messages_bulk, {"messages": messages}).all()
+    taken = [i for i, same in skipped if same is False]
+    unseen = [i for i, same in skipped if same is None]
+    if unseen and not taken:
+        # Ids written by a transaction that committed while this one waited: look again.
+        chunk = json.loads(messages)
+        taken = conn.execute(sql.producer.same_messages,
+                             {"messages": json.dumps([chunk[i] for i in unseen], ensure_ascii=False)}
+                             ).scalars().all()
+    if taken:
+        raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
+
+
+def email_row(
+    *,
+    to: Sequence[str] | str = (),
+    subject: str,
+    html: str | None = None,
+    text: str | None = None,
+    cc: Sequence[str] | str = (),
+    bcc: Sequence[str] | str = (),
+    reply_to: Sequence[str] | str = (),
+    sender: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    configuration_set: str | None = None,
+    attachments: Iterable[Any] = (),
+    message_id: uuid.UUID | str | None = None,
+    deliver_at: datetime | None = None,
+    max_attempts: int | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
+    """Validate an email and return the parameters of `sql.producer.insert_message`.
+    Raises `InvalidMessageError` naming the field; see `enqueue_email`."""
+    data: dict[str, Any] = {
+        "from": sender, "to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to, "subject": subject,
+        "html": html, "text": text, "headers": dict(headers or {}), "tags": dict(tags or {}),
+        "configuration_set": configuration_set,
+        "attachments": list(attachments),
+    }
+    try:
+        payload = validate_payload(data)
+        check_size(payload)
+    except InvalidMessageError as exc:
+        if exc.field == "from":
+            raise InvalidMessageError("sender", exc.problem) from None
+        raise
+    mid = _message_id(message_id)
+    try:
+        key = check_key(key)
+    except ValueError as exc:
+        raise InvalidMessageError("key", str(exc)) from None
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime):
+            raise InvalidMessageError("deliver_at", "must be a timezone-aware datetime")
+        try:
+            check_deliver_at(deliver_at)
+        except ValueError as exc:
+            raise InvalidMessageError("deliver_at", str(exc)) from None
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                     or not 1 <= max_attempts <= 1000):
+        raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000")
+    return {
+        "message_id": mid,
+        "channel": Channel.SES.value,
+        "destination": payload.configuration_set or DEFAULT_DESTINATION,
+        "type": EMAIL_TYPE,
+        "key": key,
+        "payload": payload.to_json(),
+        "headers": None,
+        "max_attempts": max_attempts,
+        "deliver_at": deliver_at,
+    }
+
+
+def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
+    if value is None:
+        return uuid.uuid4()
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidMessageError("message_id", "must be a UUID") from None
+
+
+def enqueue_email(
+    conn: Any,
+    *,
+    to: Sequence[str] | str = (),
+    subject: str,
+    html: str | None = None,
+    text: str | None = None,
+    cc: Sequence[str] | str = (),
+    bcc: Sequence[str] | str = (),
+    reply_to: Sequence[str] | str = (),
+    sender: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    configuration_set: str | None = None,
+    attachments: Iterable[Any] = (),
+    message_id: uuid.UUID | str | None = None,
+    deliver_at: datetime | None = None,
+    max_attempts: int | None = None,
+    key: str | None = None,
+) -> uuid.UUID:
+    """Write a transactional email into the outbox, in the caller's transaction.
+
+    Args:
+        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
+        to, cc, bcc: recipient mailboxes (``a@example.com`` or ``Name <a@example.com>``;
+            a single string is a list of one); 1–50 in all.
+        subject: non-empty, one line, UTF-8 (leading and trailing blanks are dropped).
+        html, text: the bodies (UTF-8); at least one.
+        reply_to: Reply-To mailboxes.
+        sender: the From mailbox; a verified SES identity. When None the relay
+            uses OUTBOX_SES_FROM.
+        headers: custom headers, name → value (at most 15; see the module docstring;
+            values lose leading and trailing blanks, as a MIME header would).
+        tags: SES message tags, name → value (ASCII letters, digits, ``_``, ``-``).
+        configuration_set: SES configuration set; else OUTBOX_SES_CONFIGURATION_SET.
+        attachments: `Attachment` objects, mappings with ``filename``, ``content``
+            (bytes) and optional ``content_type``, or ``(filename, content[, content_type])``
+            tuples. With attachments the email is sent as raw MIME.
+        message_id: idempotency key (UUID); enqueueing the same id again writes
+            nothing and returns it. A fresh UUID4 when omitted.
+        deliver_at: timezone-aware time before which it is not sent, at most 366
+            days ahead; a past one (at most 366 days back) means now.
+        max_attempts: per-message retry budget (1..1000), else the relay's default.
+        key: optional ordering key (non-empty): emails with the same key and
+            configuration set are sent one at a time, in enqueue order (e.g. the
+            recipient's or the order's id, so "shipped" never arrives before "confirmed").
+
+    Returns:
+        The message id (also sent as the SES message tag ``outbox-message-id``).
+
+    Raises:
+        InvalidMessageError: a rule is broken; `.field` names the field
+            (``to[2]``, ``subject``, ``headers``, ``tags``, ``attachments[0].filename``,
+            ``html/text``, …). Nothing is written.
+    """
+    row = email_row(to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc, reply_to=reply_to,
+                    sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
+                    attachments=attachments, message_id=message_id, deliver_at=deliver_at,
+                    max_attempts=max_attempts, key=key)
+    insert_message(conn, row)
+    return row["message_id"]

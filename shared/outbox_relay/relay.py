@@ -1,23 +1,30 @@
-"""One relay invocation: gate, claim one batch under a lease, deliver, record.
+"""One batch: gate, claim under a lease, deliver, record (docs/design.md,
+"Message lifecycle"). The invocation modes that run several (`modes`) build on it.
 
-The rules (DESIGN.md): claim nothing when the downstream is down; stop
-starting deliveries before the deadline; record outcomes fenced on the lease
-token; release with attempts refunded whatever was not the message's fault.
+Every batch keeps the same rules: the gate before its claim; nothing started
+after the deadline; outcomes fenced on the lease token; whatever was not the
+message's fault released with its attempt refunded.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 from .backoff import Backoff
 from .errors import DownstreamUnavailable, StopBatch
-from .models import ClaimedMessage, DeliveryResult, ErrorClass, Outcome, OutcomeKind, Status
-from .publishers.base import Deadline, Publisher
-from .store import LeaseStore, RecordResult
+from .key_turns import KeyTurns
+from .lag import LagHistogram
+from .models import ClaimedMessage, DeliveryResult, ErrorClass, Mode, Outcome, OutcomeKind, Status
 from .observability import logger as log
+from .publishers.base import Deadline, Publisher
+from .store import RecordResult, Store
 
+#: A recorder runs outcome writes: call it with a function of no argument; it
+#: returns when the write is done (`run_batch`) or queued (the pipeline).
+Recorder = Callable[[Callable[[], RecordResult]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,18 +36,23 @@ class RelayPolicy:
     backoff: Backoff
     throttle_delay_seconds: float = 2.0
     batch_max_bytes: int = 32 * 1024 * 1024
+    mode: Mode = Mode.BATCH
+    poll_interval_seconds: float = 0.1
+    poll_max_interval_seconds: float = 0.1
 
 
 @dataclass
 class Summary:
-    """The JSON summary an invocation returns (DESIGN.md, "Interfaces").
+    """The JSON summary an invocation returns (docs/design.md, "Interfaces").
 
     `skipped` says why nothing was claimed (downstream gate closed, no time);
     `stopped` says why a batch was cut short (downstream down mid-batch, our
-    account or identity refused). Counts are messages.
+    account or identity refused). Counts are messages, over every batch of the
+    invocation. Outcome writes may add to it from another thread (`add`).
     """
 
     channel: str
+    mode: str = Mode.BATCH.value
     claimed: int = 0
     delivered: int = 0
     retried: int = 0
@@ -53,21 +65,61 @@ class Summary:
     stopped: str | None = None
     lease_owner: str | None = None
     duration_ms: float = 0.0
+    batches: int = 0
+    polls: int = 0
+    #: Expired leases re-claimed alone (their holder died, maybe because of them).
+    suspects: int = 0
+    #: Whether the latest claim found messages (None: no claim ran).
+    last_claim_found: bool | None = field(default=None, repr=False)
     error_classes: dict[str, int] = field(default_factory=dict)
-    #: From the batch's last outcome write (seconds); None when nothing was recorded.
+    #: From the invocation's last outcome write (seconds); None when nothing was recorded.
     oldest_pending_age_seconds: float | None = None
+    #: Delivery lag of the messages this invocation delivered (ms), and of those
+    #: delivered since the metrics last took them (`take_window_lag`).
+    lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
+    _window_lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, r: RecordResult) -> None:
-        self.delivered += r.delivered
-        self.retried += r.retried
-        self.dead += r.dead
-        self.released += r.released
-        self.lease_lost += r.lease_lost
-        if r.oldest_pending_age_seconds is not None:
-            self.oldest_pending_age_seconds = r.oldest_pending_age_seconds
+        with self._lock:
+            self.delivered += r.delivered
+            self.retried += r.retried
+            self.dead += r.dead
+            self.released += r.released
+            self.lease_lost += r.lease_lost
+            if r.lags_ms:
+                self.lag.add(r.lags_ms)
+                self._window_lag.add(r.lags_ms)
+            if r.oldest_pending_age_seconds is not None:
+                self.oldest_pending_age_seconds = r.oldest_pending_age_seconds
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def count_errors(self, error_class: ErrorClass, n: int = 1) -> None:
+        with self._lock:
+            self.error_classes[error_class.value] = self.error_classes.get(error_class.value, 0) + n
+            if error_class is ErrorClass.THROTTLED:
+                self.throttled += n
+
+    def take_window_lag(self) -> LagHistogram:
+        """The lags added since the last call (a new window starts)."""
+        with self._lock:
+            window, self._window_lag = self._window_lag, LagHistogram()
+            return window
+
+    def counters(self) -> dict[str, int]:
+        """The message counts, for metrics."""
+        with self._lock:
+            return {k: getattr(self, k) for k in COUNTERS}
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(self).items()
+                   if not k.startswith("_") and k not in ("lag", "last_claim_found")}
+            out["delivery_lag_ms"] = self.lag.summary()
+            return out
+
+
+#: The Summary fields that count messages (summed over batches, emitted as metrics).
+COUNTERS = ("claimed", "delivered", "retried", "dead", "released", "lease_lost", "throttled")
 
 
 def to_outcome(result: DeliveryResult, message: ClaimedMessage, policy: RelayPolicy) -> Outcome:
@@ -94,87 +146,210 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, policy: RelayPol
     return Outcome(result.seq, OutcomeKind.RELEASE, cls, result.error, None, result.retry_after_seconds or 0.0)
 
 
-def run_batch(store: LeaseStore, publisher: Publisher, policy: RelayPolicy, deadline: Deadline,
-              owner: str) -> Summary:
-    """Run one invocation's batch and return its summary.
+#: Why a message was released because an earlier one of its key was not delivered.
+KEY_HELD = "not attempted: an earlier message of its key was not delivered in this invocation"
 
-    Args:
-        store: the lease store of the publisher's channel.
-        publisher: delivers messages (Redis Streams, SES).
-        policy: batch size, lease (seconds), backoff.
-        deadline: remaining time of the invocation.
-        owner: the lease token of this invocation (`store.lease_token`).
+
+class Batch:
+    """One claimed batch: which of its messages are not recorded yet, and how
+    their outcomes reach the store (through `recorder`).
+
+    `full` says more may be waiting (the claim found as many as it asked for);
+    `suspect` that it is one expired lease re-claimed alone (see `store.Claim`);
+    `not_attempted` counts messages the publisher gave back untried (their key
+    stopped at an earlier failure): they are due again at once; `epoch` is the
+    invocation's committed outcome writes when the claim began (`KeyTurns`)."""
+
+    def __init__(self, claimed: Sequence[ClaimedMessage], limit: int, *, store: Store, owner: str,
+                 policy: RelayPolicy, summary: Summary, recorder: Recorder, epoch: int | None = None) -> None:
+        self.claimed = claimed
+        self.limit = limit
+        self.epoch = epoch
+        self.scanned = getattr(claimed, "scanned", len(claimed))
+        self.suspect = bool(getattr(claimed, "suspect", False))
+        self.leased = [m for m in claimed if m.status is Status.LEASED]
+        self._turns: KeyTurns | None = None
+        self.not_attempted = 0
+        self.bytes = sum(len(m.payload_json) for m in self.leased)
+        self._by_seq = {m.seq: m for m in self.leased}
+        self._unrecorded = set(self._by_seq)
+        self._store, self._owner, self._policy = store, owner, policy
+        self._summary, self._recorder = summary, recorder
+        self.stopped: str | None = None
+        dead_on_claim = len(claimed) - len(self.leased)
+        if dead_on_claim:
+            summary.add(RecordResult(dead=dead_on_claim))
+            summary.count_errors(ErrorClass.LEASE_EXPIRED, dead_on_claim)
+
+    @property
+    def full(self) -> bool:
+        return max(self.scanned, len(self.claimed)) >= self.limit
+
+    def record(self, results: Sequence[DeliveryResult]) -> None:
+        """The publisher's callback: record these results (one outcome write)."""
+        outcomes, notes = [], []
+        turns = self._turns
+        for r in results:
+            if r.seq not in self._unrecorded:
+                continue
+            self._unrecorded.discard(r.seq)
+            message = self._by_seq[r.seq]
+            outcome = to_outcome(r, message, self._policy)
+            outcomes.append(outcome)
+            if turns is not None:
+                dead = outcome.kind is OutcomeKind.DEAD or (outcome.kind is OutcomeKind.RETRY
+                                                            and message.attempts >= message.max_attempts)
+                notes.append((message, r.error_class is None, dead))
+            if r.error_class is not None:
+                self._summary.count_errors(r.error_class)
+                if r.error_class is ErrorClass.NOT_ATTEMPTED:
+                    self.not_attempted += 1
+        if outcomes:
+            write = self._submit(outcomes)
+            for message, delivered, dead in notes:
+                turns.note(message, delivered, dead, write=write)
+
+    def release_rest(self, error_class: ErrorClass, error: str) -> None:
+        """Give back every message not recorded yet, attempts refunded."""
+        if not self._unrecorded:
+            return
+        rest = sorted(self._unrecorded)
+        self._unrecorded.clear()
+        self._summary.count_errors(error_class, len(rest))
+        write = self._submit([Outcome(s, OutcomeKind.RELEASE, error_class, error) for s in rest])
+        if self._turns is not None:
+            for seq in rest:
+                self._turns.note(self._by_seq[seq], False, write=write)
+
+    def _submit(self, outcomes: list[Outcome]) -> int:
+        """Hand one outcome write to the recorder; its number in `KeyTurns` (0 without)."""
+        # The write holds the outcomes only, not the batch: a batch waiting for its
+        # write keeps no payload in memory.
+        store, owner, summary, turns = self._store, self._owner, self._summary, self._turns
+        if turns is None:
+            self._recorder(lambda: write_outcomes(store, owner, summary, outcomes))
+            return 0
+        number = turns.next_write()
+
+        def write() -> RecordResult:
+            result = write_outcomes(store, owner, summary, outcomes)
+            turns.write_committed(number)
+            return result
+
+        self._recorder(write)
+        return number
+
+    def deliver(self, publisher: Publisher, deadline: Deadline, turns: KeyTurns | None = None) -> None:
+        """Deliver the leased messages, then release what was not recorded.
+
+        With `turns` (the invocation's earlier batches), messages of a key with an
+        earlier message not delivered are released first, and what this batch
+        does not deliver is noted there. Downstream unavailable and StopBatch end
+        this batch (`stopped`); any other exception propagates after the rest was
+        released (when the store answers)."""
+        release_class, release_error = ErrorClass.NOT_ATTEMPTED, "not attempted before the deadline"
+        self._turns = turns
+        try:
+            messages = self.leased
+            held = turns.held(messages, self.epoch) if turns is not None and messages else None
+            if held:
+                self.record([DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=KEY_HELD)
+                             for m in messages if m.key is not None and (m.destination, m.key) in held])
+                messages = [m for m in messages if m.key is None or (m.destination, m.key) not in held]
+            if messages and not deadline.passed():
+                publisher.deliver(messages, deadline, self.record)
+        except DownstreamUnavailable as exc:
+            self.stopped = "downstream_unavailable"
+            release_class, release_error = ErrorClass.DOWNSTREAM_UNAVAILABLE, str(exc)
+            log.warning("downstream unavailable mid-batch; releasing", extra={"error_class": type(exc).__name__})
+        except StopBatch as exc:
+            self.stopped = "stop_batch"
+            release_class, release_error = ErrorClass.CONFIGURATION, str(exc)
+            log.error("batch stopped: downstream refused our account or identity",
+                      extra={"error_class": type(exc).__name__})
+        except Exception as exc:
+            release_error = f"not recorded: the relay raised {type(exc).__name__}"
+            raise
+        finally:
+            self.release_rest(release_class, release_error)
+        if self.stopped:
+            self._summary.stopped = self.stopped
+
+
+def write_outcomes(store: Store, owner: str, summary: Summary, outcomes: list[Outcome]) -> RecordResult:
+    """One outcome write, added to the summary; a lost lease is logged."""
+    result = store.record(owner, outcomes)
+    summary.add(result)
+    if result.lease_lost:
+        log.warning("lease lost", extra={"lease_lost": result.lease_lost, "seqs": list(result.lost_seqs)[:20]})
+    return result
+
+
+def claim_batch(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str,
+                summary: Summary, recorder: Recorder, *, max_bytes: int | None = None,
+                turns: KeyTurns | None = None) -> Batch | str:
+    """Check the gate and claim one batch; a reason string instead when nothing
+    may be claimed (gate closed, no time left before the deadline or the lease).
+    With `turns`, the batch keeps the writes committed before its claim began."""
+    if deadline.seconds_left() <= 0:
+        return NO_TIME
+    summary.polls += 1
+    reason = publisher.gate()
+    if reason is not None:
+        summary.gate_closed = True
+        return reason
+    seconds = min(deadline.seconds_left(), policy.lease_seconds - deadline.margin_seconds)
+    limit = publisher.claim_limit(policy.batch_size, seconds)
+    if limit <= 0:
+        return NO_TIME
+    epoch = turns.committed if turns is not None else None
+    claimed = store.claim(owner, limit, policy.lease_seconds,
+                          policy.batch_max_bytes if max_bytes is None else max_bytes)
+    summary.claimed += len(claimed)
+    summary.last_claim_found = bool(claimed)
+    if claimed:
+        summary.batches += 1
+        if getattr(claimed, "suspect", False):
+            summary.suspects += 1
+    return Batch(claimed, limit, store=store, owner=owner, policy=policy, summary=summary, recorder=recorder,
+                 epoch=epoch)
+
+
+NO_TIME = "not enough time left before the deadline"
+
+
+def _record_now(write: Callable[[], RecordResult]) -> None:
+    write()
+
+
+def run_batch(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str,
+              summary: Summary | None = None) -> Summary:
+    """Run one batch, strictly in sequence (claim, deliver, record), and return the summary.
+
+    A claim that is a suspect (an expired lease, re-claimed alone), or that claimed
+    nothing but moved rows out of their key's way, does not count: the next is
+    claimed after it, until one is neither or time runs out.
 
     Raises whatever the store or publisher raise that is not a delivery
     outcome (a bug, the database down): messages not yet recorded are released
     first (with attempts refunded) when the database still answers.
     """
     started = time.perf_counter()
-    summary = Summary(channel=publisher.channel.value, lease_owner=owner)
-
-    reason = publisher.gate()
-    if reason is not None:
-        summary.skipped = reason
-        summary.gate_closed = True
-        return _finish(summary, started)
-    seconds = min(deadline.seconds_left(), policy.lease_seconds - deadline.margin_seconds)
-    limit = publisher.claim_limit(policy.batch_size, seconds)
-    if limit <= 0:
-        summary.skipped = "not enough time left before the deadline"
-        return _finish(summary, started)
-
-    claimed = store.claim(owner, limit, policy.lease_seconds, policy.batch_max_bytes)
-    summary.claimed = len(claimed)
-    leased = [m for m in claimed if m.status is Status.LEASED]
-    dead_on_claim = len(claimed) - len(leased)
-    if dead_on_claim:
-        summary.dead += dead_on_claim
-        summary.error_classes[ErrorClass.LEASE_EXPIRED.value] = dead_on_claim
-    by_seq = {m.seq: m for m in leased}
-    unrecorded = set(by_seq)
-
-    def record(results: Sequence[DeliveryResult]) -> None:
-        outcomes = []
-        for r in results:
-            if r.seq not in unrecorded:
-                continue
-            outcomes.append(to_outcome(r, by_seq[r.seq], policy))
-            if r.error_class is not None:
-                summary.error_classes[r.error_class.value] = summary.error_classes.get(r.error_class.value, 0) + 1
-                if r.error_class is ErrorClass.THROTTLED:
-                    summary.throttled += 1
-        result = store.record(owner, outcomes)
-        unrecorded.difference_update(o.seq for o in outcomes)
-        summary.add(result)
-        if result.lease_lost:
-            log.warning("lease lost", extra={"lease_lost": result.lease_lost,
-                                             "seqs": list(result.lost_seqs)[:20]})
-
-    release_class, release_error = ErrorClass.NOT_ATTEMPTED, "not attempted before the deadline"
-    try:
-        if leased and not deadline.passed():
-            publisher.deliver(leased, deadline, record)
-    except DownstreamUnavailable as exc:
-        summary.stopped = "downstream_unavailable"
-        release_class, release_error = ErrorClass.DOWNSTREAM_UNAVAILABLE, str(exc)
-        log.warning("downstream unavailable mid-batch; releasing", extra={"error_class": type(exc).__name__})
-    except StopBatch as exc:
-        summary.stopped = "stop_batch"
-        release_class, release_error = ErrorClass.CONFIGURATION, str(exc)
-        log.error("batch stopped: downstream refused our account or identity",
-                  extra={"error_class": type(exc).__name__})
-    except Exception as exc:
-        release_error = f"not recorded: the relay raised {type(exc).__name__}"
-        raise
-    finally:
-        if unrecorded:
-            rest = sorted(unrecorded)
-            summary.add(store.release(owner, rest, error_class=release_class, error=release_error))
-            summary.error_classes[release_class.value] = summary.error_classes.get(release_class.value, 0) + len(rest)
-            unrecorded.clear()
-    return _finish(summary, started)
+    summary = summary or Summary(channel=publisher.channel.value, lease_owner=owner)
+    while True:
+        batch = claim_batch(store, publisher, policy, deadline, owner, summary, _record_now)
+        if isinstance(batch, str):
+            if summary.claimed == 0:
+                summary.skipped = batch
+            return finish(summary, started)
+        batch.deliver(publisher, deadline)
+        # A suspect, or a claim that only moved rows behind their key's first
+        # message (each such claim moves them for good), is not yet the batch.
+        again = batch.suspect or (not batch.claimed and batch.scanned > 0)
+        if not again or batch.stopped is not None:
+            return finish(summary, started)
 
 
-def _finish(summary: Summary, started: float) -> Summary:
+def finish(summary: Summary, started: float) -> Summary:
     summary.duration_ms = round((time.perf_counter() - started) * 1000.0, 3)
     return summary

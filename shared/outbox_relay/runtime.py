@@ -19,6 +19,7 @@ from .models import Channel
 from .publishers.base import Publisher
 from .relay import RelayPolicy
 from .store import LeaseStore
+from .urls import check_redis_url
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,43 @@ def redis_url(settings: Settings) -> str:
     value = value.decode() if isinstance(value, bytes) else str(value)
     if not value.startswith(("redis://", "rediss://")):
         raise ConfigurationError("REDIS_URL_SECRET_ARN", "secret must hold a redis:// or rediss:// URL")
+    try:
+        check_redis_url(value, cluster=settings.redis_cluster, iam=settings.redis_iam_auth)
+    except ValueError as exc:
+        raise ConfigurationError("REDIS_URL_SECRET_ARN", f"the secret's URL: {exc}") from None
     return value
+
+
+def iam_credentials(settings: Settings, url: str) -> Any:
+    """The ElastiCache IAM token provider when OUTBOX_REDIS_IAM_AUTH is on, else None."""
+    if not settings.redis_iam_auth:
+        return None
+    from urllib.parse import unquote, urlparse
+
+    from .publishers.redis_client import ElastiCacheIamCredentials
+
+    region = settings.region
+    if not region:
+        raise ConfigurationError("AWS_DEFAULT_REGION", "the ElastiCache IAM token is signed for a region: set "
+                                 "AWS_REGION or AWS_DEFAULT_REGION (Lambda sets AWS_REGION)")
+    return ElastiCacheIamCredentials(unquote(urlparse(url).username or ""), str(settings.redis_iam_cache_name),
+                                     region, serverless=settings.redis_iam_serverless)
 
 
 def build_publisher(settings: Settings) -> Publisher:
     if settings.channel is Channel.REDIS:
-        from .publishers.redis_streams import RedisStreamsPublisher, create_redis_client
+        from .publishers.redis_client import create_redis_client
+        from .publishers.redis_streams import RedisStreamsPublisher
 
-        client = create_redis_client(redis_url(settings), socket_timeout_seconds=settings.redis_socket_timeout_seconds)
-        return RedisStreamsPublisher(client, dedupe_ttl_seconds=settings.redis_dedupe_ttl_seconds,
-                                     maxlen=settings.redis_maxlen)
-    from .publishers.ses import build_ses_publisher
+        url = redis_url(settings)
+        client = create_redis_client(url, socket_timeout_seconds=settings.redis_socket_timeout_seconds,
+                                     cluster=settings.redis_cluster, credential_provider=iam_credentials(settings, url))
+        return RedisStreamsPublisher(
+            client, dedupe_ttl_seconds=settings.redis_dedupe_ttl_seconds, maxlen=settings.redis_maxlen,
+            trim=settings.redis_trim, on_full=settings.redis_on_full, wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms, memory_high=settings.redis_memory_high,
+            oom_backoff_seconds=settings.redis_oom_backoff_seconds)
+    from .publishers.ses.publisher import build_ses_publisher
 
     return build_ses_publisher(settings)
 
@@ -67,6 +94,9 @@ def build_policy(settings: Settings) -> RelayPolicy:
                         floor=settings.backoff_floor_seconds),
         throttle_delay_seconds=settings.throttle_delay_seconds,
         batch_max_bytes=settings.batch_max_bytes,
+        mode=settings.mode,
+        poll_interval_seconds=settings.poll_interval_seconds,
+        poll_max_interval_seconds=settings.poll_max_interval_seconds,
     )
 
 
@@ -80,7 +110,7 @@ def get_dependencies() -> Dependencies:
     """Settings, store, publisher and policy for this container (built once)."""
     settings = get_settings()
     store = LeaseStore(get_engine(), settings.channel, default_max_attempts=settings.max_attempts,
-                       error_max_chars=settings.error_max_chars)
+                       error_max_chars=settings.error_max_chars, ordering_on_dead=settings.ordering_on_dead)
     deps = Dependencies(settings, store, build_publisher(settings), build_policy(settings))
     settle_gc(settings.channel)
     return deps
@@ -97,24 +127,21 @@ def settle_gc(channel: Channel) -> None:
     the container's initialisation (the first `get_dependencies`).
 
     - `gc.freeze()` moves every object that exists by then (imported modules,
-      boto3, SQLAlchemy, the engine and clients: about 140,000 here) to the
-      permanent generation, which collections never walk again (Python
-      documentation, "gc — Garbage Collector interface", `gc.freeze`). A full
-      collection of them took 70 ms inside a batch of 1,000.
-    - Redis channel only: the young generation's threshold goes from 700 to
+      boto3, SQLAlchemy, the engine and clients) to the permanent generation,
+      which collections never walk again (Python documentation, "gc — Garbage
+      Collector interface", `gc.freeze`), so no full collection walks them in
+      the middle of a batch.
+    - Redis channel only: the young generation's threshold is raised to
       `GC_YOUNG_THRESHOLD` (`gc.set_threshold`). A Redis batch builds a few
       tuples per message (claimed row, delivery result, outcome), freed by
-      reference counting when the invocation ends, and no reference cycles
-      (none collected over 19,000 messages), so with the default the collector
-      ran about three times per batch of 1,000 to find nothing. The SES
-      channel keeps the default: each send leaves cycles behind (the standard
-      library's email header classes, botocore's response parsers: about
-      90 KB per send), which a higher threshold would keep in memory longer,
-      and SES is paced by its send rate, not by the relay's CPU.
+      reference counting, and no reference cycles, so the default threshold
+      only makes the collector run to find nothing. The SES channel keeps the
+      default: each send leaves cycles behind (the standard library's email
+      header classes, botocore's response parsers), which a higher threshold
+      would keep in memory longer, and SES is paced by its send rate anyway.
 
-    Time spent collecting in a Redis relay at batch 1,000 (`python -m bench
-    drain`, column "GC µs/msg"): 3.3 µs per message with CPython's defaults, none
-    with both. The older generations' thresholds are kept.
+    The drain bench reports the time left in the collector ("GC µs/msg",
+    docs/benchmark.md). The older generations' thresholds are kept.
     """
     global _gc_settled
     if _gc_settled:

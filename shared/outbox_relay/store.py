@@ -5,17 +5,34 @@ from __future__ import annotations
 import operator
 import secrets
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from sqlalchemy import Engine
 
 from . import sql
 from .db import run_with_retry
-from .models import Channel, ClaimedMessage, Outcome, OutcomeKind
-
+from .models import Channel, ClaimedMessage, OrderingOnDead, Outcome, OutcomeKind
 
 #: Default byte budget of one claim: 32 MiB of payload JSON text.
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024
+#: Under the block policy, a due message held back by a dead letter of its key is
+#: moved this far ahead, seconds, so claims do not scan it again; a redrive or a
+#: discard of the dead letter brings it back at once.
+DEAD_HOLD_SECONDS = 60.0
+
+
+class Claim(list):
+    """The messages one claim returned, in seq order (a list of `ClaimedMessage`),
+    and what the statement saw besides:
+
+    - `scanned`: due rows it claimed or moved out of their key's way; as many as
+      the limit means more may be waiting;
+    - `suspect`: the claim is one expired lease re-claimed alone (its holder died,
+      perhaps because of it): deliver it with nothing else in flight.
+    """
+
+    scanned: int = 0
+    suspect: bool = False
 
 
 def lease_token(request_id: str) -> str:
@@ -39,51 +56,85 @@ class RecordResult:
     #: Age in seconds of the channel's oldest due pending message (0 when none),
     #: read by the same statement; None when no statement ran.
     oldest_pending_age_seconds: float | None = None
+    #: Delivery lag of each message delivered by this write, milliseconds by the
+    #: database clock: from its created_at (or later scheduled_at) to the write.
+    lags_ms: tuple[int, ...] = ()
+
+
+class Store(Protocol):
+    """What the relay loop needs of the lease store (tests pass a fake)."""
+
+    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = ...) -> list[ClaimedMessage]:
+        """Claim up to `limit` messages under `owner` for `lease_seconds` (a `Claim`,
+        or a plain list: then nothing is suspect and `scanned` is its length)."""
+
+    def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
+        """Write `outcomes`, fenced on `owner`'s lease."""
+
+    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
+                error_class=None, error: str | None = None) -> RecordResult:
+        """Give back messages not delivered, refunding the claim's attempt."""
+
+    def oldest_pending_age_seconds(self) -> float:
+        """Age of the oldest due pending message, seconds."""
 
 
 class LeaseStore:
     """Claims and outcome writes for one channel, one statement each.
 
     `engine` must be an autocommit engine (see `db.create_relay_engine`);
-    `default_max_attempts` applies to messages enqueued without their own.
+    `default_max_attempts` applies to messages enqueued without their own;
+    `ordering_on_dead` is the channel's policy for the keys of dead letters.
     """
 
-    def __init__(self, engine: Engine, channel: Channel, *, default_max_attempts: int, error_max_chars: int = 1000):
+    def __init__(self, engine: Engine, channel: Channel, *, default_max_attempts: int, error_max_chars: int = 1000,
+                 ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP):
         self.engine = engine
         self.channel = channel
         self.default_max_attempts = default_max_attempts
         self.error_max_chars = error_max_chars
+        self.ordering_on_dead = OrderingOnDead(ordering_on_dead)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> list[ClaimedMessage]:
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> Claim:
         """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`,
         stopping once the payloads' JSON text claimed reaches `max_bytes` (bytes; at
         least one message is always claimed).
 
-        One statement: expired leases first, then due pending rows, oldest
-        first, `FOR UPDATE SKIP LOCKED`. Returned messages with status DEAD were
+        One statement (`sql.relay.claim`): an expired lease alone if there is one
+        (the claim is then `suspect`), else due pending rows oldest first, those
+        with a key in their key's turn. Returned messages with status DEAD were
         re-claimed with no attempts left and dead-lettered (`lease_expired`)
         by the same statement; the rest are LEASED to `owner`.
         """
         if limit <= 0:
-            return []
-        params = {
+            return Claim()
+        params = self.claim_parameters(owner, limit, lease_seconds, max_bytes)
+
+        def work(conn):
+            return conn.execute(sql.relay.claim, params).fetchall()
+
+        rows = run_with_retry(self.engine, work)
+        from_row = ClaimedMessage.from_row
+        claim = Claim(from_row(r) for r in rows if r[0])
+        claim.sort(key=_seq_of)
+        if rows:
+            claim.scanned, claim.suspect = int(rows[0][6]), bool(rows[0][7])
+        return claim
+
+    def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
+                         max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> dict[str, object]:
+        """The bound values of `sql.relay.claim` for these arguments (also for EXPLAIN)."""
+        return {
             "channel": self.channel.value,
             "limit": int(limit),
             "owner": owner,
             "lease_seconds": float(lease_seconds),
             "default_max_attempts": self.default_max_attempts,
             "max_bytes": int(max_bytes),
+            "block_on_dead": self.ordering_on_dead is OrderingOnDead.BLOCK,
+            "dead_hold_seconds": DEAD_HOLD_SECONDS,
         }
-
-        def work(conn):
-            return conn.execute(sql.CLAIM, params).fetchall()
-
-        rows = run_with_retry(self.engine, work)
-        from_row = ClaimedMessage.from_row
-        messages = [from_row(r) for r in rows]
-        messages.sort(key=_seq_of)
-        return messages
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         """Write `outcomes` for messages leased to `owner`, in one statement.
@@ -111,11 +162,12 @@ class LeaseStore:
         }
 
         def work(conn):
-            return conn.execute(sql.RECORD_OUTCOMES, params).one()
+            return conn.execute(sql.relay.record_outcomes, params).one()
 
-        delivered, retried, dead, released, lost, oldest = run_with_retry(self.engine, work)
+        delivered, retried, dead, released, lost, oldest, lags = run_with_retry(self.engine, work)
         lost_seqs = tuple(lost or ())
-        return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs, float(oldest))
+        return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs, float(oldest),
+                            tuple(map(int, lags.split(","))) if lags else ())
 
     def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
                 error_class=None, error: str | None = None) -> RecordResult:
@@ -126,7 +178,7 @@ class LeaseStore:
     def oldest_pending_age_seconds(self) -> float:
         """Age in seconds of the oldest due pending message (0 when none), by the database clock."""
         return float(run_with_retry(
-            self.engine, lambda c: c.execute(sql.OLDEST_PENDING_AGE, {"channel": self.channel.value}).scalar_one()
+            self.engine, lambda c: c.execute(sql.relay.oldest_pending_age, {"channel": self.channel.value}).scalar_one()
         ))
 
 

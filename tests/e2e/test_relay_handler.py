@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -12,8 +11,8 @@ from sqlalchemy import text
 from outbox_relay import observability as obs
 from outbox_relay import runtime
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.local import LocalContext, load_handler, project_root
 from outbox_relay.producer import enqueue_events_bulk
+from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 
 EVENTS = project_root() / "events"
 SUMMARY_KEYS = {"channel", "claimed", "delivered", "retried", "dead", "released", "lease_lost"}
@@ -127,7 +126,7 @@ def test_a_short_context_releases_and_starts_nothing(handler, app_engine, redis_
     assert redis_client.exists(redis_prefix + "orders") == 0
 
 
-def test_oldest_pending_age_comes_with_the_outcome_write_and_alone_when_nothing_was_recorded(
+def test_oldest_pending_age_comes_with_the_outcome_write_and_alone_when_no_claim_ran(
         handler, app_engine, redis_client, redis_prefix, monkeypatch):
     from sqlalchemy import event as sa_event
 
@@ -156,10 +155,20 @@ def test_oldest_pending_age_comes_with_the_outcome_write_and_alone_when_nothing_
         third = handler(event("relay-redis-scheduler.json"), LocalContext(60))
         assert third["delivered"] == 1 and third["oldest_pending_age_seconds"] == 0
         statements.clear()
-        # Nothing left to claim: the age has its own statement
+        # Nothing left to claim: the empty claim says nothing is due, so no statement of its own
         fourth = handler(event("relay-redis-scheduler.json"), LocalContext(60))
         assert fourth["claimed"] == 0 and fourth["oldest_pending_age_seconds"] == 0
-        assert len(statements) == 2  # claim; age
+        assert len(statements) == 1  # claim
+        statements.clear()
+        # With the gate closed there is no claim, and the age (of a message due 60 s ago) is read alone
+        with app_engine.begin() as conn:
+            enqueue_events_bulk(conn, [dict(stream=redis_prefix + "orders", type="t", payload={"n": 9})])
+            conn.execute(text("UPDATE outbox_message SET available_at = now() - interval '60 seconds' "
+                              "WHERE status = 'pending'"))
+        monkeypatch.setattr(runtime.get_dependencies().publisher, "gate", lambda: "redis unavailable (test)")
+        fifth = handler(event("relay-redis-scheduler.json"), LocalContext(60))
+        assert fifth["claimed"] == 0 and fifth["gate_closed"] and 55 < fifth["oldest_pending_age_seconds"] < 90
+        assert len(statements) == 1  # age
     finally:
         sa_event.remove(engine, "before_cursor_execute", count)
     assert redis_client.xlen(redis_prefix + "orders") == 3

@@ -8,7 +8,7 @@ import uuid
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from outbox_relay.cli import main
+from outbox_tools.cli import main
 
 
 def _run(database_url: str, *args: str):

@@ -1,5 +1,5 @@
 """The real relay handler on events/relay-ses-scheduler.json, reaching a local SES
-(moto in server mode, `outbox_relay.local_ses`) through the AWS endpoint override
+(moto in server mode, `outbox_tools.local_ses`) through the AWS endpoint override
 variables, the way `sam local invoke` runs it with infra/sam-env.json."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay import runtime
-from outbox_relay.email import enqueue_email
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.local import LocalContext, load_handler, project_root
-from outbox_relay.local_ses import LocalSesServer
+from outbox_relay.producer import enqueue_email
+from outbox_tools.lambda_local import LocalContext, load_handler, project_root
+from outbox_tools.local_ses import LocalSesServer
 
 ROOT = project_root()
 EVENT = ROOT / "events" / "relay-ses-scheduler.json"
@@ -69,6 +69,7 @@ def delivered_refs(app_engine) -> dict:
             "SELECT message_id, status, delivery_ref FROM outbox_message ORDER BY seq"))}
 
 
+@pytest.mark.slow  # a process of its own
 def test_handler_process_configured_like_sam_local_invoke_reaches_moto(local_ses, database_url, app_engine):
     # Given the sender identity of infra/sam-env.json verified in a local SES, and three emails
     env = sam_env()
@@ -85,7 +86,7 @@ def test_handler_process_configured_like_sam_local_invoke_reaches_moto(local_ses
                      "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
                      "POWERTOOLS_TRACE_DISABLED": "true",
                      "POWERTOOLS_LOG_LEVEL": "WARNING"})
-    proc = subprocess.run([sys.executable, "-m", "outbox_relay.cli", "relay", "--event", str(EVENT)],
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "relay", "--event", str(EVENT)],
                           capture_output=True, text=True, env=full_env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = printed_summary(proc.stdout)

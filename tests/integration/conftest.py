@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import pytest
@@ -9,12 +10,16 @@ import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.models import Channel
+from outbox_relay.models import Channel, Mode
+from outbox_relay.modes import run_invocation
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 from outbox_relay.relay import RelayPolicy
 from outbox_relay.store import LeaseStore
+from support.deadline import countdown
+from support.network import tcp_redis  # noqa: F401 (fixture)
+from support.ses import aws_env, enqueue_mail, ses, ses_store  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -38,6 +43,30 @@ def policy() -> RelayPolicy:
 @pytest.fixture
 def plenty() -> Deadline:
     return Deadline(lambda: 60_000, margin_seconds=5)
+
+
+@pytest.fixture(params=[Mode.BATCH, Mode.DRAIN, pytest.param(Mode.LATENCY, marks=pytest.mark.slow)],
+                ids=lambda m: m.value)
+def mode(request) -> Mode:
+    """Every invocation mode: a test taking it runs once per mode. The latency-mode
+    runs wait out their invocation (1.5 s each), so they are slow; the default run
+    covers latency mode end to end in tests/e2e/test_handler_modes.py."""
+    return request.param
+
+
+@pytest.fixture
+def invoke(mode):
+    """invoke(store, publisher, policy, owner, deadline=None) -> Summary: one invocation in `mode`
+    (latency: until a deadline 1.5 s away, polling every 50 ms; others: `deadline` or plenty)."""
+
+    def _invoke(store, publisher, policy, owner, deadline: Deadline | None = None):
+        if deadline is None:
+            deadline = countdown(1.5) if mode is Mode.LATENCY else Deadline(lambda: 600_000, margin_seconds=1)
+        return run_invocation(store, publisher,
+                              dataclasses.replace(policy, mode=mode, poll_interval_seconds=0.05,
+                                                  poll_max_interval_seconds=0.05), deadline, owner)
+
+    return _invoke
 
 
 @pytest.fixture

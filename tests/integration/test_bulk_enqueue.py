@@ -5,7 +5,6 @@ on message ids, and inside the caller's transaction."""
 from __future__ import annotations
 
 import re
-
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -179,6 +178,42 @@ def test_a_repeated_id_within_one_call_is_written_once(app_engine, redis_prefix,
     assert caught.value.field == "messages[2].message_id" and not inserts(statements)
 
 
+def test_a_repeated_id_within_one_call_is_compared_as_a_json_value(app_engine, redis_prefix, statements):
+    # Given one id twice in one call, for the same payload with its keys in another order
+    mid = uuid.uuid4()
+    same = [dict(stream=f"{redis_prefix}s", type="t", payload=p, message_id=mid)
+            for p in ({"a": 1, "b": [1.5, {"x": None}]}, {"b": [1.5, {"x": None}], "a": 1.0})]
+    with app_engine.begin() as conn:
+        ids = enqueue_events_bulk(conn, same)
+    # Then it is the same message, as it would be against a stored one (jsonb): written once, as first given
+    assert ids == [mid, mid]
+    assert [(r["message_id"], r["payload"]) for r in stored(app_engine)] == [(mid, {"a": 1, "b": [1.5, {"x": None}]})]
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT payload::text FROM outbox_message_body")).scalar_one() == \
+            '{"a":1,"b":[1.5,{"x":null}]}'
+    # And a payload that is another JSON value (true is not 1) is refused before anything is sent
+    other = uuid.uuid4()
+    statements.clear()
+    with pytest.raises(InvalidMessageError) as caught:
+        with app_engine.begin() as conn:
+            enqueue_events_bulk(conn, [dict(stream=f"{redis_prefix}s", type="t", payload={"v": v}, message_id=other)
+                                       for v in (1, True)])
+    assert caught.value.field == "messages[1].message_id" and not inserts(statements)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ('{"a":1,"b":2}', '{"b":2,"a":1}'), ('{"v":1}', '{"v":1.0}'), ('{"v":1}', '{"v":true}'), ('100', '1e2'),
+    ('-0', '0'), ('{"a":1,"a":2}', '{"a":2}'), ('[1,2]', '[2,1]'), ('"é"', '"\\u00e9"'), ('null', '{}'),
+    ('{"v":false}', '{"v":0}'), ('"1"', '1'), ('[[]]', '[{}]'), ('0.1', '0.10'),
+])
+def test_the_comparison_within_a_call_is_the_one_against_a_stored_message(app_engine, a, b):
+    from outbox_relay.producer import _same_json
+
+    with app_engine.connect() as conn:
+        jsonb = conn.execute(text("SELECT CAST(:a AS jsonb) = CAST(:b AS jsonb)"), {"a": a, "b": b}).scalar_one()
+    assert _same_json(a, b) is jsonb
+
+
 def test_rolled_back_with_the_business_change(app_engine, redis_prefix):
     with pytest.raises(RuntimeError):
         with app_engine.begin() as conn:
@@ -194,3 +229,57 @@ def test_works_with_an_orm_session_and_an_empty_list(app_engine, statements, red
         assert statements == []
         ids = enqueue_events_bulk(session, events(3, redis_prefix))
     assert [r["message_id"] for r in stored(app_engine)] == ids
+
+
+
+MEASURE_BULK = r"""
+import json, sys, tracemalloc
+from sqlalchemy import create_engine, event
+from sqlalchemy.pool import NullPool
+from outbox_relay.producer import enqueue_events_bulk
+
+url, stream, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+blob = "x" * (size - len('{"blob":""}'))   # one string shared by every message: the caller holds it once
+messages = [dict(stream=stream, type="big", payload={"blob": blob}) for _ in range(n)]
+engine = create_engine(url, poolclass=NullPool)
+sent = []
+event.listen(engine, "before_cursor_execute", lambda conn, cursor, statement, parameters, context, many:
+             sent.append(sum(len(p) for p in (parameters.values() if isinstance(parameters, dict) else parameters)
+                             if isinstance(p, str))))
+with engine.connect() as conn:
+    conn.exec_driver_sql("SELECT 1")
+    conn.commit()
+    sent.clear()
+    tracemalloc.start()
+    with conn.begin():
+        ids = enqueue_events_bulk(conn, messages)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+print(json.dumps({"peak": peak, "ids": len(ids), "statements": sent}))
+"""
+
+
+@pytest.mark.slow
+def test_a_bulk_of_large_payloads_is_written_in_bounded_memory(database_url, app_engine, redis_prefix):
+    import json
+    import subprocess
+    import sys
+
+    from outbox_relay.events import MAX_EVENT_PAYLOAD_BYTES
+    from outbox_relay.producer import BULK_CHUNK_BYTES
+
+    # Given 400 payloads of 256 KiB each (100 MiB of JSON text), enqueued in one call by a process of its own
+    n = 400
+    proc = subprocess.run([sys.executable, "-c", MEASURE_BULK, database_url, f"{redis_prefix}big", str(n),
+                           str(MAX_EVENT_PAYLOAD_BYTES)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads(proc.stdout)
+    # Then every message is stored
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message")).scalar_one() == measured["ids"] == n
+    # And the call's peak memory is a few statements' worth, far below the 100 MiB it wrote
+    assert measured["peak"] < 6 * BULK_CHUNK_BYTES, measured["peak"]
+    # Because it went in statements of at most BULK_CHUNK_BYTES of JSON text each
+    per_statement = BULK_CHUNK_BYTES // MAX_EVENT_PAYLOAD_BYTES
+    assert len(measured["statements"]) == -(-n // per_statement)
+    assert max(measured["statements"]) < 1.1 * BULK_CHUNK_BYTES

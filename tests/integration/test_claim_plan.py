@@ -1,30 +1,44 @@
-"""The claim uses its partial indexes, checked with EXPLAIN on a realistic table."""
+"""The claim uses its partial indexes, checked with EXPLAIN on a realistic table:
+a history of delivered messages, most with a key, and pending messages in every
+state the claim looks at (keys due, behind another relay's lease, behind a retry,
+behind a dead letter, expired leases)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from sqlalchemy import text
 
 from outbox_relay import sql
-from outbox_rows import insert_rows  # tests/outbox_rows.py
+from outbox_relay.models import Channel, OrderingOnDead
+from outbox_relay.store import LeaseStore
+from support.rows import insert_rows
 
+# i mod 100: 0-5 pending (3 waiting for a retry), 6 leased by another relay,
+# 7 dead, 8 leased and expired (on the SES channel only), the rest delivered;
+# seven in ten have one of 997 keys.
 SEED = insert_rows(
     """
-    SELECT gen_random_uuid() AS message_id, CASE WHEN mod(i, 5) = 0 THEN 'ses' ELSE 'redis' END AS channel,
+    SELECT gen_random_uuid() AS message_id,
+           CASE WHEN mod(i, 50) = 49 OR mod(i, 100) = 8 THEN 'ses' ELSE 'redis' END AS channel,
            's' AS destination, 't' AS type, '{}' AS payload,
-           CASE WHEN mod(i, 100) = 0 THEN 'pending' WHEN mod(i, 100) = 1 THEN 'leased' ELSE 'delivered' END
-               AS status,
-           1 AS attempts,
-           CASE WHEN mod(i, 100) > 1 THEN now() END AS delivered_at,
-           CASE WHEN mod(i, 100) > 1 THEN '1-0' END AS delivery_ref,
-           CASE WHEN mod(i, 100) = 1 THEN 'someone' END AS lease_owner,
-           CASE WHEN mod(i, 100) = 1 THEN now() + interval '1 minute' END AS lease_expires_at,
-           now() - interval '1 minute' AS available_at
+           CASE WHEN mod(i, 10) < 7 THEN 'k' || mod(i, 997) END AS key,
+           CASE WHEN mod(i, 100) <= 5 THEN 'pending' WHEN mod(i, 100) IN (6, 8) THEN 'leased'
+                WHEN mod(i, 100) = 7 THEN 'dead' ELSE 'delivered' END AS status,
+           CASE WHEN mod(i, 100) = 3 THEN 2 ELSE 1 END AS attempts,
+           CASE WHEN mod(i, 100) > 8 THEN now() END AS delivered_at,
+           CASE WHEN mod(i, 100) > 8 THEN '1-0' END AS delivery_ref,
+           CASE WHEN mod(i, 100) IN (6, 8) THEN 'someone' END AS lease_owner,
+           CASE WHEN mod(i, 100) = 6 THEN now() + interval '1 minute'
+                WHEN mod(i, 100) = 8 THEN now() - interval '1 minute' END AS lease_expires_at,
+           CASE WHEN mod(i, 100) = 7 THEN now() END AS dead_at,
+           CASE WHEN mod(i, 100) = 3 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
+               AS available_at
       FROM generate_series(1, :n) AS i
     """,
-    ["channel", "destination", "type", "status", "attempts", "delivered_at", "delivery_ref", "lease_owner",
-     "lease_expires_at", "available_at"],
+    ["channel", "destination", "type", "key", "status", "attempts", "delivered_at", "delivery_ref", "lease_owner",
+     "lease_expires_at", "dead_at", "available_at"],
 )
 
 
@@ -35,24 +49,81 @@ def plan_nodes(plan: dict) -> list[dict]:
     return nodes
 
 
-def test_claim_plan_uses_both_partial_indexes(app_engine):
-    with app_engine.begin() as conn:
-        conn.execute(SEED, {"n": 50_000})
-        conn.execute(text("ANALYZE outbox_message"))
-    params = {"channel": "redis", "limit": 500, "owner": "x", "lease_seconds": 30.0, "default_max_attempts": 10,
-              "max_bytes": 32 * 1024 * 1024}
+def explain_claim(app_engine, *, block: bool, channel: str = "redis") -> dict:
+    store = LeaseStore(app_engine, Channel(channel), default_max_attempts=10,
+                       ordering_on_dead=OrderingOnDead.BLOCK if block else OrderingOnDead.SKIP)
+    params = store.claim_parameters("x", 500, 30.0)
     with app_engine.begin() as conn:  # EXPLAIN ANALYZE really runs the claim: roll it back
-        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM.text), params).one()
+        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text), params).one()
+        conn.rollback()
+    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+
+
+def check_plan(app_engine, n: int) -> None:
+    with app_engine.begin() as conn:
+        conn.execute(SEED, {"n": n})
+        conn.execute(text("ANALYZE outbox_message"))
+        conn.execute(text("ANALYZE outbox_message_body"))
+    for block in (False, True):
+        plan = explain_claim(app_engine, block=block)
+        scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message"]
+        indexes = {n.get("Index Name") for n in scans}
+        assert {"outbox_message_pending_due_idx", "outbox_message_lease_expiry_idx",
+                "outbox_message_key_active_idx"} <= indexes, indexes
+        if block:
+            assert "outbox_message_key_dead_idx" in indexes
+        assert not [n for n in scans if "Seq Scan" in n["Node Type"]], scans
+        # Bodies are fetched one by one through their primary key, never scanned
+        bodies = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message_body"]
+        assert bodies and {n.get("Index Name") for n in bodies} == {"outbox_message_body_pkey"}, bodies
+        assert sum(n["Actual Rows"] * n["Actual Loops"] for n in bodies) <= 500
+        # The pending branch reads about what it returns (and the rows of keys behind
+        # another relay's lease, which it leaves), not the delivered bulk of the table
+        pending_scan = next(n for n in scans if n.get("Index Name") == "outbox_message_pending_due_idx")
+        assert 0 < pending_scan["Actual Rows"] <= 1000
+    # With expired leases, one is re-claimed alone: the key probe runs on it
+    plan = explain_claim(app_engine, block=True, channel="ses")
+    scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message"]
+    assert not [n for n in scans if "Seq Scan" in n["Node Type"]], scans
+    expiry = next(n for n in scans if n.get("Index Name") == "outbox_message_lease_expiry_idx")
+    assert expiry["Actual Rows"] > 0
+
+
+def test_claim_plan_uses_the_partial_indexes(app_engine):
+    check_plan(app_engine, 50_000)
+
+
+@pytest.mark.slow
+def test_claim_plan_uses_the_partial_indexes_with_a_million_rows_of_history(app_engine):
+    check_plan(app_engine, 1_000_000)
+
+
+
+def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, relay_engine):
+    # Given a burst of one key, analyzed while all of it was pending (the statistics say
+    # the key and the pending status are everywhere), then partly delivered, a batch in flight
+    from outbox_relay.models import Outcome, OutcomeKind
+    from outbox_relay.producer import enqueue_events_bulk
+
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}, key="k") for i in range(5000)])
+    with relay_engine.connect() as conn:
+        conn.execute(text("VACUUM ANALYZE outbox_message"))
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
+    for _ in range(2):
+        batch = store.claim("me", 1000, 60)
+        store.record("me", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1-0", 0) for m in batch])
+    assert len(store.claim("me", 1000, 60)) == 1000  # in flight
+    # When the same relay claims the next batch
+    params = store.claim_parameters("me", 1000, 60.0)
+    with app_engine.begin() as conn:
+        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text), params).one()
         conn.rollback()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    # Then it claims the key's next thousand, and every probe of the key's rows went through
+    # the key index: the primary key only serves lookups by seq, never a walk through the history
+    assert plan["Actual Rows"] == 1000
     scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message"]
-    indexes = {n.get("Index Name") for n in scans}
-    assert {"outbox_message_pending_due_idx", "outbox_message_lease_expiry_idx"} <= indexes
-    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], scans
-    # Bodies are fetched one by one through their primary key, never scanned
-    bodies = [n for n in plan_nodes(plan) if n.get("Relation Name") == "outbox_message_body"]
-    assert bodies and {n.get("Index Name") for n in bodies} == {"outbox_message_body_pkey"}, bodies
-    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in bodies) <= 500
-    # The pending branch reads only what it returns, not the delivered bulk of the table
-    pending_scan = next(n for n in scans if n.get("Index Name") == "outbox_message_pending_due_idx")
-    assert pending_scan["Actual Rows"] <= 500
+    assert "outbox_message_key_active_idx" in {n.get("Index Name") for n in scans}
+    walks = [n for n in scans if n.get("Index Name") == "outbox_message_pkey" and "ANY" not in n.get("Index Cond", "")]
+    assert not walks and not [n for n in scans if "Seq Scan" in n["Node Type"]], scans

@@ -7,25 +7,29 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import pytest
 import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.publishers.base import Deadline
+from outbox_relay.models import OutcomeKind
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy, run_batch
+from outbox_relay.relay import RelayPolicy
 from outbox_relay.store import LeaseStore, lease_token
 
 N = 5000
-CLAIMER = Path(__file__).with_name("claimer.py")
+CLAIMER = Path(__file__).parents[1] / "support" / "claimer.py"
 
 
-def assert_exactly_once(ids, claims, redis_client, stream, app_engine):
-    # No message was in two claims (leases are 30 s, nobody crashed, so no takeover)
+def assert_exactly_once(ids, claims, redis_client, stream, app_engine, released=()):
+    # No message was in two claims unless an earlier one gave it back (a batch claimed ahead
+    # when an invocation's deadline came); leases are 30 s and nobody crashed, so no takeover
     counts = collections.Counter(seq for seqs in claims for seq in seqs)
-    assert len(counts) == N and max(counts.values()) == 1
+    given_back = collections.Counter(released)
+    assert len(counts) == N and all(n == 1 + given_back[seq] for seq, n in counts.items())
     # The stream holds each message exactly once
     entries = redis_client.xrange(stream)
     published = collections.Counter(f["id"] for _, f in entries)
@@ -38,9 +42,10 @@ def assert_exactly_once(ids, claims, redis_client, stream, app_engine):
 
 
 def test_eight_threads_deliver_each_message_once(enqueue, relay_engine, servers, redis_client, redis_prefix,
-                                                 app_engine):
+                                                 app_engine, invoke):
     ids = enqueue(N, stream="conc")
     claims: list[list[int]] = []
+    released: list[int] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -58,8 +63,16 @@ def test_eight_threads_deliver_each_message_once(enqueue, relay_engine, servers,
                     claims.append([m.seq for m in got])
                 return got
 
+            record = store.record
+
+            def recorded(owner, outcomes):
+                with lock:
+                    released.extend(o.seq for o in outcomes if o.kind is OutcomeKind.RELEASE)
+                return record(owner, outcomes)
+
             store.claim = claim
-            while run_batch(store, publisher, policy, Deadline(lambda: 600_000, 1), lease_token("t")).claimed:
+            store.record = recorded
+            while invoke(store, publisher, policy, lease_token("t")).claimed:
                 pass
             client.close()
         except BaseException as exc:  # surfaced below
@@ -72,9 +85,10 @@ def test_eight_threads_deliver_each_message_once(enqueue, relay_engine, servers,
         t.join(120)
     assert not errors
     assert sum(1 for c in claims if c) > 8  # the work really was shared out
-    assert_exactly_once(ids, claims, redis_client, redis_prefix + "conc", app_engine)
+    assert_exactly_once(ids, claims, redis_client, redis_prefix + "conc", app_engine, released)
 
 
+@pytest.mark.slow
 def test_eight_processes_deliver_each_message_once(enqueue, database_url, servers, redis_client, redis_prefix,
                                                    app_engine):
     ids = enqueue(N, stream="procs")
@@ -95,3 +109,60 @@ def _channel():
     from outbox_relay.models import Channel
 
     return Channel.REDIS
+
+
+@pytest.mark.slow  # about 4 s of scheduled invocations
+def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, relay_engine, servers, redis_client,
+                                                                    redis_prefix, app_engine):
+    from outbox_relay.models import Channel, Mode
+    from outbox_relay.modes import run_invocation
+    from support.deadline import countdown
+
+    # Given an application committing a message every 10 ms
+    stop = threading.Event()
+    ids: list = []
+
+    def application() -> None:
+        while not stop.is_set():
+            ids.extend(enqueue(1, stream="handover"))
+            stop.wait(0.01)
+
+    # When a latency-mode invocation starts every 0.6 s and runs 1 s, so each overlaps the next
+    summaries: dict[int, object] = {}
+    windows: dict[int, tuple[float, float]] = {}
+
+    def invocation(i: int) -> None:
+        client = redis_lib.Redis.from_url(servers.redis_url)
+        store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=5)
+        policy = RelayPolicy(batch_size=50, lease_seconds=30, backoff=Backoff(), mode=Mode.LATENCY,
+                             poll_interval_seconds=0.02, poll_max_interval_seconds=0.05)
+        started = time.monotonic()
+        summaries[i] = run_invocation(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
+                                      countdown(1.0, margin=0.2), lease_token(f"handover-{i}"))
+        windows[i] = (started, time.monotonic())
+        client.close()
+
+    writer = threading.Thread(target=application)
+    writer.start()
+    runs = []
+    for i in range(4):
+        runs.append(threading.Thread(target=invocation, args=(i,)))
+        runs[-1].start()
+        time.sleep(0.6)
+    stop.set()
+    writer.join()
+    for t in runs:
+        t.join(10)
+    invocation(4)  # what was committed after the last handover
+
+    # Then the invocations did overlap, each delivered its share, and every message is
+    # in the stream exactly once, delivered on its first attempt
+    assert all(windows[i][1] > windows[i + 1][0] for i in range(3))
+    assert all(summaries[i].delivered > 0 for i in range(4))
+    entries = redis_client.xrange(redis_prefix + "handover")
+    assert sorted(f["id"] for _, f in entries) == sorted(str(i) for i in ids) and len(ids) > 20
+    with app_engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, attempts, EXTRACT(EPOCH FROM delivered_at - created_at) "
+                                 "FROM outbox_message")).fetchall()
+    assert {(r[0], r[1]) for r in rows} == {("delivered", 1)}
+    assert sum(s.delivered for s in summaries.values()) == len(ids)

@@ -46,7 +46,7 @@ from outbox_relay import runtime
 from outbox_relay.config import load_settings
 from outbox_relay.db import create_relay_engine, iam_token
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.publishers.redis_streams import create_redis_client
+from outbox_relay.publishers.redis_client import create_redis_client
 
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)  # PostgreSQL protocol: SSLRequest
 
@@ -473,6 +473,27 @@ def _engine_for(proxy: TlsProxy, role: str, password: str, tls: str, ca: Path | 
                                              channel="redis", redis_url="redis://unused"))
 
 
+def test_the_outbox_command_connects_over_tls_as_the_relay_does(password_postgres, pki, pg_proxy,
+                                                                 monkeypatch) -> None:
+    from outbox_tools.cli import common
+
+    role = password_postgres.create_role("pw")
+    monkeypatch.setenv("DATABASE_URL", f"postgresql+pg8000://{role}:pw@127.0.0.1:{pg_proxy.port}/postgres")
+    # The proxy refuses a client that does not ask for TLS
+    monkeypatch.delenv("DATABASE_TLS", raising=False)
+    plain = common.engine()
+    with pytest.raises(DBAPIError):
+        current_user(plain)
+    plain.dispose()
+    # DATABASE_TLS=verify-full with the CA: the `outbox` command gets in, certificate checked
+    monkeypatch.setenv("DATABASE_TLS", "verify-full")
+    monkeypatch.setenv("DATABASE_CA_BUNDLE", str(pki.ca))
+    tls = common.engine()
+    assert current_user(tls) == role
+    tls.dispose()
+    assert pg_proxy.plain_refused == 1 and pg_proxy.tls_sessions == 1
+
+
 def test_verify_full_refuses_a_certificate_from_another_ca(password_postgres, pki, pg_proxy) -> None:
     role = password_postgres.create_role("pw")
     engine = _engine_for(pg_proxy, role, "pw", "verify-full", pki.other_ca)
@@ -602,15 +623,26 @@ def test_redis_secret_must_hold_a_redis_url(aws) -> None:
     assert caught.value.variable == "REDIS_URL_SECRET_ARN" and "amazonaws" not in str(caught.value)
 
 
+def test_a_redis_url_in_the_secret_is_checked_as_redis_url_is(aws) -> None:
+    # Given a secret whose URL names a database redis-py would silently replace by 0
+    arn = aws.create_secret(Name="outbox/redis-db", SecretString="rediss://:t0ken@cache.amazonaws.com:6379/one")["ARN"]
+    settings = load_settings(database_url="postgresql+pg8000://u@h/d", channel="redis", redis_url_secret_arn=arn)
+    # Then the relay refuses it, naming the secret's variable, without echoing the token or the host
+    with pytest.raises(ConfigurationError) as caught:
+        runtime.redis_url(settings)
+    assert caught.value.variable == "REDIS_URL_SECRET_ARN" and "database" in caught.value.problem
+    assert "t0ken" not in str(caught.value) and "amazonaws" not in str(caught.value)
+
+
 # --------------------------------------------------------------------------
 # All of it at once: the relay handler as deployed with secrets and TLS
 # --------------------------------------------------------------------------
 
 def test_the_relay_handler_runs_on_secrets_over_tls(aws, password_postgres, pki, pg_proxy, redis_tls, redis_user,
                                                    redis_client, redis_prefix, monkeypatch) -> None:
-    from outbox_relay.local import LocalContext, load_handler
-    from outbox_relay.migrate import upgrade
+    from outbox_migrations import upgrade
     from outbox_relay.producer import enqueue_events_bulk
+    from outbox_tools.lambda_local import LocalContext, load_handler
 
     # Given an application role that owns its database, migrated by that role
     role = password_postgres.create_role("app-password")

@@ -1,4 +1,5 @@
-"""Every transition of DESIGN.md's lifecycle table, checked on the rows and the stream."""
+"""Every transition of the lifecycle table (docs/design.md, "Message lifecycle"), checked on the rows and the
+stream."""
 
 from __future__ import annotations
 
@@ -29,6 +30,21 @@ def test_enqueue_with_a_delivery_time_is_not_due_yet(app_engine, rows, store, re
         enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, deliver_at=later)
     assert rows()[0]["due"] is False
     assert store.claim("owner-a", 10, 30) == []
+
+
+def test_a_deliver_at_in_the_past_is_due_from_the_enqueue_on(app_engine, rows, relay_engine, redis_prefix):
+    from outbox_relay.operations.stats import queue_stats
+    from outbox_relay.producer import enqueue_events_bulk
+
+    # Given messages enqueued now for a time that has passed (a backfill, a reminder computed late)
+    earlier = datetime.now(timezone.utc) - timedelta(days=300)
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, deliver_at=earlier)
+        enqueue_events_bulk(conn, [dict(stream=redis_prefix + "s", type="t", payload={}, deliver_at=earlier)])
+    # Then they are due now, by the database clock, and the backlog's age counts from the enqueue,
+    # not from 300 days ago (which would fire the backlog alarm for messages that are not late)
+    assert [(r["due"], round(r["due_in"])) for r in rows()] == [(True, 0), (True, 0)]
+    assert queue_stats(relay_engine)["totals"]["oldest_pending_age_seconds"] < 60
 
 
 def test_enqueue_is_idempotent_on_message_id(app_engine, rows, redis_prefix):

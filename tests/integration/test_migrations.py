@@ -8,6 +8,7 @@ outbox_message_body), checked, used, and downgraded back to 0001.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Iterator
 
@@ -17,16 +18,16 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from outbox_relay.local import create_database, drop_database, with_database
-from outbox_relay.migrate import migrations_dir, upgrade
+from outbox_migrations import current_revision, head_revision, script_location, upgrade
 from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_event
 from outbox_relay.store import LeaseStore
+from outbox_tools.servers import create_database, drop_database, with_database
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("script_location", str(script_location()))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
@@ -168,3 +169,24 @@ def test_a_message_deleted_by_hand_takes_its_body_and_its_id_can_be_used_again(a
     with pytest.raises(Exception, match="foreign key"):
         with app_engine.begin() as conn:
             conn.execute(text("DELETE FROM outbox_message_body"))
+
+
+def test_two_upgrades_at_once_both_succeed(empty_database_url):
+    # Given two upgrades of one empty database started together (a deploy and `outbox migrate`)
+    engine = create_engine(empty_database_url, poolclass=NullPool)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            upgrade(engine)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    # Then the second waited for the first and found nothing to do
+    assert errors == [] and current_revision(engine) == head_revision()
+    engine.dispose()

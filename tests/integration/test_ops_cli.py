@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, create_engine, text
 
-from outbox_relay import ops_cli
-from outbox_relay.cli import main
-from outbox_rows import insert_rows  # tests/outbox_rows.py
+from outbox_tools.cli import common as cli_common
+from outbox_tools.cli import main
+from support.rows import insert_rows
 
 SEED = insert_rows(
     """
     SELECT CAST(:message_id AS uuid) AS message_id, CAST(:channel AS text) AS channel,
            CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
-           CAST(:payload AS text) AS payload, CAST(:status AS text) AS status,
+           CAST(:payload AS text) AS payload, CAST(:status AS text) AS status, CAST(:key AS text) AS key,
            CAST(:attempts AS integer) AS attempts, CAST(:max_attempts AS integer) AS max_attempts,
            now() - make_interval(secs => CAST(:available_ago AS float8)) AS available_at,
            CAST(:lease_owner AS text) AS lease_owner,
@@ -32,7 +33,7 @@ SEED = insert_rows(
            CASE WHEN :status = 'dead' THEN now() - make_interval(secs => CAST(:ago AS float8)) END AS dead_at,
            now() - make_interval(secs => CAST(:ago AS float8) + 1) AS created_at
     """,
-    ["channel", "destination", "type", "status", "attempts", "max_attempts", "available_at", "lease_owner",
+    ["channel", "destination", "type", "key", "status", "attempts", "max_attempts", "available_at", "lease_owner",
      "lease_expires_at", "last_error", "last_error_class", "delivery_ref", "delivered_at", "dead_at",
      "created_at"],
 )
@@ -41,7 +42,7 @@ SEED = insert_rows(
 def seed(engine: Engine, status: str = "pending", *, channel: str = "redis", ago: float = 0.0,
          error_class: str | None = None, error: str | None = None, attempts: int = 0,
          payload: Any = None, available_ago: float = 0.0, lease_left: float = 60.0,
-         max_attempts: int | None = None, type: str = "order.placed") -> uuid.UUID:
+         max_attempts: int | None = None, type: str = "order.placed", key: str | None = None) -> uuid.UUID:
     """One row in `status`; `ago` seconds since it died / was delivered (database clock)."""
     mid = uuid.uuid4()
     with engine.begin() as conn:
@@ -51,7 +52,7 @@ def seed(engine: Engine, status: str = "pending", *, channel: str = "redis", ago
             "attempts": attempts, "max_attempts": max_attempts, "available_ago": float(available_ago),
             "lease_owner": "someone" if status == "leased" else None, "lease_left": float(lease_left),
             "last_error": error if error is not None else (f"{error_class} failure" if error_class else None),
-            "last_error_class": error_class, "ago": float(ago),
+            "last_error_class": error_class, "ago": float(ago), "key": key,
         })
     return mid
 
@@ -127,8 +128,13 @@ def test_stats_counts_per_channel_and_status(outbox, app_engine):
     # Then every figure is there, per channel
     redis, ses = data["channels"]
     age = redis.pop("oldest_pending_age_seconds")
+    # the three delivered a second after their commit, 30 s ago: within the 5-minute lag window
+    assert redis.pop("delivery_lag_ms") == {"window_seconds": 300.0, "delivered": 3, "p50": 1000.0, "p99": 1000.0,
+                                            "max": 1000.0}
+    assert ses["delivery_lag_ms"] == {"window_seconds": 300.0, "delivered": 0, "p50": None, "p99": None, "max": None}
     assert redis == {"channel": "redis", "pending": 3, "due_now": 2, "leased": 2, "expired_leases": 1,
-                     "delivered": 3, "dead": 3, "dead_last_hour": 1, "dead_last_day": 2}
+                     "delivered": 3, "dead": 3, "dead_last_hour": 1, "dead_last_day": 2, "discarded": 0,
+                     "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0}
     assert 120 <= age < 150
     assert (ses["channel"], ses["pending"], ses["due_now"], ses["dead"]) == ("ses", 1, 1, 0)
     assert 30 <= ses["oldest_pending_age_seconds"] < 60
@@ -139,15 +145,26 @@ def test_stats_counts_per_channel_and_status(outbox, app_engine):
     line = next(li for li in out.splitlines() if " redis " in li)
     assert [c.strip() for c in line.strip("│ ").split("│")][:9] == ["redis", "3", "2", "2", "1", "3", "3", "1", "2"]
     assert "2m" in line  # oldest pending, 2 minutes
+    assert line.count("1,000 ms") == 3  # lag p50, p99, max
+    assert "delivery lag of the last 5m" in out
     assert any(" total " in li for li in out.splitlines())
     # And nothing changed
     assert all_rows(app_engine) == before
 
 
+def test_stats_lag_window_takes_a_duration(outbox, app_engine):
+    seed(app_engine, "delivered", ago=120)
+    assert run_json(outbox, "stats", "--lag-window", "1m")["channels"][0]["delivery_lag_ms"]["delivered"] == 0
+    assert run_json(outbox, "stats", "--lag-window", "3m")["channels"][0]["delivery_lag_ms"]["delivered"] == 1
+    code, out = outbox("stats", "--lag-window", "soon")
+    assert code == 2 and "--lag-window" in out
+
+
 def test_stats_on_an_empty_outbox(outbox):
     assert run_json(outbox, "stats") == {"channels": [], "totals": {
-        "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0,
-        "dead_last_hour": 0, "dead_last_day": 0, "oldest_pending_age_seconds": 0.0}}
+        "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0, "discarded": 0,
+        "dead_last_hour": 0, "dead_last_day": 0, "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0,
+        "oldest_pending_age_seconds": 0.0}}
     assert outbox("stats") == (0, "the outbox is empty\n")
 
 
@@ -250,7 +267,7 @@ def test_redrive_by_ids(outbox, app_engine, dead_letters):
     assert code == 0
     assert "redrove 2 messages in 1 batch" in out
     assert "by channel: redis 1, ses 1" in out
-    assert f"1 id(s) were not dead letters" in out and str(d["pending"]) in out
+    assert "1 id(s) were not dead letters" in out and str(d["pending"]) in out
     assert_redriven(row(app_engine, d["redis_permanent_10m"]), last_error_class="permanent")
     assert_redriven(row(app_engine, d["ses_permanent_1m"]), last_error_class="permanent")
     assert row(app_engine, d["redis_transient_2h"])["status"] == "dead"
@@ -303,7 +320,7 @@ def test_redrive_refuses_unclear_selections(outbox, app_engine, dead_letters):
     before = all_rows(app_engine)
     for args, fragment in [
         ([], "say what to redrive"),
-        (["--all", "--channel", "redis"], "takes no ids, channel or error class"),
+        (["--all", "--channel", "redis"], "--all takes no MESSAGE_IDS, --channel or --error-class"),
         (["not-a-uuid"], "MESSAGE_IDS"),
         (["--error-class", "nope"], "--error-class"),
     ]:
@@ -372,7 +389,7 @@ def test_purge_refuses_bad_durations_by_name(outbox, app_engine):
 
 def test_long_operations_show_a_progress_bar_on_a_terminal(outbox, app_engine, monkeypatch):
     # Given standard output is a terminal
-    monkeypatch.setattr(ops_cli, "_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_common, "is_terminal", lambda: True)
     for _ in range(6):
         seed(app_engine, "delivered", ago=8 * 86400)
     for i in range(4):
@@ -384,3 +401,73 @@ def test_long_operations_show_a_progress_bar_on_a_terminal(outbox, app_engine, m
     assert code == code2 == 0
     assert "purging" in purge_out and "6/6" in purge_out and "purged 6 delivered messages in 3 batches" in purge_out
     assert "redriving" in redrive_out and "4/4" in redrive_out and "redrove 4 messages in 2 batches" in redrive_out
+
+
+# ---------------------------------------------------------------- keys held back, discard
+
+def test_stats_shows_the_keys_held_back(outbox, app_engine):
+    # Key a's first message waits for a retry; key b's comes after a dead letter; key c flows
+    seed(app_engine, "pending", key="a", attempts=1, available_ago=-600)
+    seed(app_engine, "pending", key="a")
+    seed(app_engine, "dead", key="b", error_class="permanent")
+    seed(app_engine, "pending", key="b")
+    seed(app_engine, "pending", key="c")
+    data = run_json(outbox, "stats")
+    assert {k: data["channels"][0][k] for k in ("keys_waiting_for_retry", "keys_behind_dead_letter")} == {
+        "keys_waiting_for_retry": 1, "keys_behind_dead_letter": 1}
+    code, out = outbox("stats")
+    line = next(li for li in out.splitlines() if " redis " in li)
+    assert code == 0 and [c.strip() for c in line.strip("│ ").split("│")][10:12] == ["1", "1"]
+
+
+def test_dead_discard_gives_up_dead_letters_and_brings_their_keys_back(outbox, app_engine):
+    # Given a dead letter of key k and the key's next message, moved ahead while the key was held
+    dead = seed(app_engine, "dead", key="k", error_class="permanent")
+    held = seed(app_engine, "pending", key="k", available_ago=-60)
+    other = seed(app_engine, "pending", key="other", available_ago=-60)
+    pending = seed(app_engine, "pending")
+    # When it is discarded, with ids that are not dead letters among those asked
+    result = run_json(outbox, "dead", "discard", str(dead), str(pending), str(uuid.uuid4()))
+    # Then only the dead letter changed, and its key's next message is due again; another key's is not
+    assert result["discarded"] == [str(dead)] and len(result["not_dead"]) == 2
+    assert row(app_engine, dead)["status"] == "discarded"
+    assert row(app_engine, held)["due"] and not row(app_engine, other)["due"]
+    assert row(app_engine, pending)["status"] == "pending"
+    # And a second discard finds nothing to do; a bad id is refused by name
+    assert run_json(outbox, "dead", "discard", str(dead))["discarded"] == []
+    code, out = outbox("dead", "discard", "nope")
+    assert code == 2 and "MESSAGE_IDS" in out
+
+
+def test_a_redrive_brings_back_what_its_dead_letter_held(outbox, app_engine):
+    dead = seed(app_engine, "dead", key="k", error_class="permanent")
+    held = seed(app_engine, "pending", key="k", available_ago=-60)
+    retrying = seed(app_engine, "pending", key="k", attempts=2, available_ago=-600)
+    run_json(outbox, "redrive", str(dead))
+    assert row(app_engine, dead)["status"] == "pending" and row(app_engine, dead)["due"]
+    assert row(app_engine, held)["due"]
+    assert not row(app_engine, retrying)["due"]  # a retry keeps its backoff
+
+
+def test_purge_deletes_discarded_dead_letters_with_the_dead_retention(outbox, app_engine):
+    old = seed(app_engine, "dead", ago=7200, error_class="permanent")
+    young = seed(app_engine, "dead", ago=10, error_class="permanent")
+    run_json(outbox, "dead", "discard", str(old), str(young))
+    code, out = outbox("purge", "--delivered-older-than", "1d", "--dead-older-than", "1h", "--dry-run")
+    assert code == 0 and out == "would purge 0 delivered and 1 dead messages\n"
+    assert outbox("purge", "--delivered-older-than", "1d", "--dead-older-than", "1h")[0] == 0
+    assert row(app_engine, old) is None and row(app_engine, young)["status"] == "discarded"
+
+
+# ---------------------------------------------------------------- enqueue
+
+def test_enqueue_event_with_deliver_at_waits_until_then(outbox, app_engine):
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    code, out = outbox("enqueue-event", "--stream", "s", "--type", "t", "--payload", "{}", "--deliver-at", tomorrow)
+    assert code == 0, out
+    with app_engine.connect() as conn:
+        status, due_in = conn.execute(text(
+            "SELECT status, extract(epoch FROM available_at - now()) FROM outbox_message WHERE message_id = :m"),
+            {"m": out.strip()}).one()
+    # Not due: it waits for its time, a day from now
+    assert status == "pending" and 86_000 < due_in <= 86_400

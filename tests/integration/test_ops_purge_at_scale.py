@@ -1,7 +1,7 @@
 """Purge of 200,000 delivered rows in bounded batches while a relay keeps
 claiming: the relay is never held up for more than MAX_CLAIM_SECONDS.
 
-The bound is the one stated in the README ("Operating", retention): a claim
+The bound is the one stated in docs/operating.md, "`outbox purge`: retention": a claim
 or an outcome write during a purge takes under 1 second. On this kind of
 machine (2 cores, local PostgreSQL) they take tens of milliseconds; the bound
 is generous so a busy CI runner does not make the test flaky, and tight
@@ -17,10 +17,10 @@ import time
 import pytest
 from sqlalchemy import text
 
-from outbox_relay import ops
 from outbox_relay.models import Channel, Outcome, OutcomeKind
+from outbox_relay.operations import purge as purge_module
 from outbox_relay.store import LeaseStore
-from outbox_rows import insert_rows  # tests/outbox_rows.py
+from support.rows import insert_rows
 
 DELIVERED = 200_000
 PENDING = 20_000
@@ -68,8 +68,8 @@ def test_purge_of_200k_delivered_rows_in_batches_never_blocks_the_relay(app_engi
 
     def purge() -> None:
         try:
-            outcome["result"] = ops.purge(relay_engine, delivered_older_than_seconds=7 * 86400,
-                                          batch_size=BATCH, on_batch=lambda kind, n: batches.append((kind, n)))
+            outcome["result"] = purge_module.purge(relay_engine, delivered_older_than_seconds=7 * 86400,
+                                                   batch_size=BATCH, on_batch=lambda kind, n: batches.append((kind, n)))
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 

@@ -16,9 +16,9 @@ from typing import Sequence
 import redis as redis_lib
 from sqlalchemy import text
 
-from outbox_relay import ops
 from outbox_relay.backoff import Backoff
 from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass
+from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.publishers.base import Deadline, RecordResults
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 from outbox_relay.relay import RelayPolicy, run_batch
@@ -111,7 +111,7 @@ def test_redrive_racing_the_relay_delivers_each_message_once(enqueue, relay_engi
     def redrive_loop() -> None:
         try:
             while not stop.is_set() and time.monotonic() < deadline:
-                result = ops.redrive(relay_engine, ops.RedriveSelection(everything=True), batch_size=7)
+                result = redrive(relay_engine, RedriveSelection(everything=True), batch_size=7)
                 with ledger.lock:
                     redriven.append(result.moved)
         except BaseException as exc:  # noqa: BLE001

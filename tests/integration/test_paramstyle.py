@@ -17,7 +17,8 @@ from sqlalchemy import text
 
 from outbox_relay import sql
 from outbox_relay.config import load_settings
-from outbox_relay.db import create_relay_engine, memoize_paramstyle_conversion
+from outbox_relay.db import create_relay_engine
+from outbox_relay.paramstyle import memoize_paramstyle_conversion
 
 # Pieces of SQL text that drive pg8000's scanner into each of its states.
 _PIECES = st.sampled_from([
@@ -68,7 +69,7 @@ def test_other_paramstyles_are_not_cached() -> None:
 
 
 def test_the_cache_stays_bounded_and_starts_again_when_full() -> None:
-    from outbox_relay import db
+    from outbox_relay import paramstyle as db
 
     convert = _memoized()
     for i in range(db._PARAMSTYLE_CACHE_SIZE * 3):
@@ -78,7 +79,7 @@ def test_the_cache_stays_bounded_and_starts_again_when_full() -> None:
     assert convert("format", long, (1,)) == ("SELECT $1" + " " * db._PARAMSTYLE_CACHE_MAX_CHARS, (1,))
     assert long not in convert.cache
     # the relay's statements fit
-    for statement in (sql.CLAIM, sql.RECORD_OUTCOMES):
+    for statement in (sql.relay.claim, sql.relay.record_outcomes):
         assert len(str(statement.compile(dialect=_pg8000_dialect()))) <= db._PARAMSTYLE_CACHE_MAX_CHARS
 
 
@@ -104,8 +105,8 @@ def test_relay_engine_converts_each_statement_once_and_binds_fresh_parameters(da
             assert conn.execute(statement, {"a": 1, "b": 2}).scalar_one() == 12
             assert conn.execute(statement, {"a": 7, "b": 5}).scalar_one() == 75
             # the relay's own statements go through it too
-            assert conn.execute(sql.OLDEST_PENDING_AGE, {"channel": "redis"}).scalar_one() == 0
-            assert conn.execute(sql.OLDEST_PENDING_AGE, {"channel": "ses"}).scalar_one() == 0
+            assert conn.execute(sql.relay.oldest_pending_age, {"channel": "redis"}).scalar_one() == 0
+            assert conn.execute(sql.relay.oldest_pending_age, {"channel": "ses"}).scalar_one() == 0
         cached = {q: out for q, out in convert.cache.items() if "memo test" in q}
         assert list(cached.values()) == ["SELECT CAST($1 AS int) * 10 + CAST($2 AS int) AS v /* memo test */"]
     finally:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import redis as redis_lib
 
-from outbox_relay.models import ClaimedMessage, Status
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher, dedupe_key
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis_script import dedupe_key
+from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 
 
 def collect(publisher, messages, deadline):
@@ -21,10 +20,14 @@ def test_republishing_returns_the_first_entry_id_and_adds_nothing(enqueue, store
     enqueue(3, stream="orders")
     first_claim = store.claim("a", 10, 30)
     first = collect(publisher, first_claim, plenty)
-    # When the lease expires and another invocation publishes the same messages
+    # When the leases expire and another invocation publishes the same messages
+    # (each re-claimed alone, a suspect)
     expire_leases()
-    second_claim = store.claim("b", 10, 30)
-    second = collect(publisher, second_claim, plenty)
+    second = {}
+    for _ in range(3):
+        again = store.claim("b", 10, 30)
+        assert again.suspect and len(again) == 1
+        second.update(collect(publisher, again, plenty))
     # Then the same entry ids come back and the stream holds each message once
     assert {s: r.delivery_ref for s, r in first.items()} == {s: r.delivery_ref for s, r in second.items()}
     assert redis_client.xlen(redis_prefix + "orders") == 3
@@ -48,6 +51,24 @@ def test_maxlen_trims_the_stream_approximately(enqueue, store, servers, plenty, 
     collect(publisher, store.claim("a", 1000, 30), plenty)
     length = redis_client.xlen(redis_prefix + "trim")
     assert 100 <= length < 1000  # MAXLEN ~ trims whole macro nodes: at least 100 kept
+    client.close()
+
+
+def test_the_largest_maxlen_the_settings_accept_is_one_redis_accepts(enqueue, store, servers, plenty, redis_client,
+                                                                      redis_prefix):
+    from outbox_relay.config import Settings
+
+    # Given the upper bound of OUTBOX_REDIS_MAXLEN, and one more
+    largest = next(m.le for m in Settings.model_fields["redis_maxlen"].metadata if hasattr(m, "le"))
+    client = redis_lib.Redis.from_url(servers.redis_url)
+    enqueue(2, stream="bound")
+    first, second = store.claim("a", 10, 30)
+    # Then a publish with the bound adds the entry, and one above it is what Redis refuses
+    (ok,) = collect(RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=largest), [first], plenty).values()
+    (refused,) = collect(RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=largest + 1), [second],
+                         plenty).values()
+    assert ok.ok and redis_client.xlen(redis_prefix + "bound") == 1
+    assert not refused.ok and "out of range" in refused.error
     client.close()
 
 
@@ -151,3 +172,21 @@ def _ignore_errors(call, *args):
         return call(*args)
     except redis_lib.RedisError:
         return None
+
+
+def test_a_key_stops_at_its_first_failure_within_a_call(enqueue, store, publisher, plenty, redis_client,
+                                                         redis_prefix):
+    # Given a stream that can take no more entries (its last id is the largest there is)
+    stream = redis_prefix + "full"
+    redis_client.xadd(stream, {"x": "1"}, id="18446744073709551615-18446744073709551615")
+    enqueue(2, stream="full", key="k")
+    enqueue(1, stream="full")
+    enqueue(1, stream="full", key="k")
+    # When a batch of two keyed messages, one without a key and another keyed one is published
+    results = collect(publisher, store.claim("a", 10, 30), plenty)
+    # Then the key's first message failed with Redis's error; its later ones were not attempted;
+    # the one without a key failed on its own
+    by_seq = [results[s] for s in sorted(results)]
+    assert [r.error_class.value for r in by_seq] == ["transient", "not_attempted", "transient", "not_attempted"]
+    assert "exhausted" in by_seq[0].error and "earlier message of its key" in by_seq[1].error
+    assert redis_client.xlen(stream) == 1

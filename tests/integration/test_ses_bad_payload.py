@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from outbox_relay.cli import main
 from outbox_relay.models import ClaimedMessage
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.relay import run_batch
-from ses_support import aws_env, enqueue_mail, make_publisher, sent_messages, ses, ses_store  # noqa: F401
-from outbox_rows import insert_rows  # tests/outbox_rows.py
+from outbox_tools.cli import main
+from support.rows import insert_rows
+from support.ses import make_publisher, sent_messages
 
 #: The reviewer's row: valid JSON and valid fields, but the stdlib parser raises IndexError on the
 #: Resent-To value while building the MIME (the attachment sends it as raw MIME).
@@ -55,14 +55,14 @@ def test_an_unexpected_error_preparing_one_email_retries_it_and_sends_the_rest(s
     # Given three emails, and a bug of ours that raises while preparing the second
     ids = enqueue_mail(3)
     publisher = make_publisher(ses, record_group_size=1)
-    real = publisher._prepare
+    real = publisher.prepare
 
     def prepare(m: ClaimedMessage):
         if m.message_id == str(ids[1]):
             raise RuntimeError("a bug")
         return real(m)
 
-    monkeypatch.setattr(publisher, "_prepare", prepare)
+    monkeypatch.setattr(publisher, "prepare", prepare)
 
     # When one invocation runs
     summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
@@ -82,8 +82,8 @@ def test_sends_completed_before_an_exception_are_recorded(ses, ses_store, enqueu
     enqueue_mail(3)
     publisher = make_publisher(ses, max_concurrency=1, record_group_size=100)
     prepared = []
-    real = publisher._prepare
-    monkeypatch.setattr(publisher, "_prepare", lambda m: prepared.append(m.seq) or real(m))
+    real = publisher.prepare
+    monkeypatch.setattr(publisher, "prepare", lambda m: prepared.append(m.seq) or real(m))
 
     def remaining_ms() -> int:
         if len(prepared) >= 2 and threading.current_thread() is threading.main_thread():

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from outbox_relay.local_ses import LocalSesServer, answer_get_account
 from outbox_relay.models import Channel
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses import SesPublisher
+from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.relay import run_batch
 from outbox_relay.store import LeaseStore
-from ses_support import DEFAULT_FROM, SENDER_IDENTITY, aws_env, enqueue_mail  # noqa: F401
+from outbox_tools.local_ses import LocalSesServer, answer_get_account
+from support.ses import DEFAULT_FROM, SENDER_IDENTITY
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTBOX = Path(sys.executable).with_name("outbox")
@@ -31,7 +31,7 @@ TOTAL, KILL_AFTER = 40, 17
 def test_killed_sender_resends_at_most_one_group_plus_in_flight(database_url, relay_engine, enqueue_mail, rows,
                                                                 expire_leases, policy, aws_env):
     with LocalSesServer(max_send_rate=RATE) as ses:
-        # Given 60 emails and the real relay handler running as its own process against a local SES
+        # Given 40 emails and the real relay handler running as its own process against a local SES
         ses.verify(SENDER_IDENTITY)
         enqueue_mail(TOTAL, subject=lambda i: f"crash-{i:02d}")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")} | {

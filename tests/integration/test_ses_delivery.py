@@ -8,13 +8,10 @@ import uuid
 from email import policy as email_policy
 from email.header import decode_header, make_header
 
-from sqlalchemy import text as sql_text
-
-from outbox_relay.local_ses import fail_send_email
 from outbox_relay.relay import run_batch
-from ses_support import (CONFIGURATION_SET, DEFAULT_FROM, enqueue_mail, make_publisher, sent_messages,  # noqa: F401
-                         ses, ses_store, aws_env)
-from outbox_rows import insert_rows  # tests/outbox_rows.py
+from outbox_tools.local_ses import fail_send_email
+from support.rows import insert_rows
+from support.ses import CONFIGURATION_SET, DEFAULT_FROM, make_publisher, sent_messages
 
 KOREAN = "주문이 확인되었습니다 🎉 — 떡볶이 2인분, 맵게 🌶️"
 FRENCH = "Votre crème brûlée est en route — à bientôt, Zoë !"

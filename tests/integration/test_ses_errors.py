@@ -1,17 +1,15 @@
 """Each SES error class, injected with a botocore before-call hook, ends in the right
-state with the right attempts (DESIGN.md lifecycle; the README's error table)."""
+state with the right attempts (docs/design.md, "Message lifecycle"; docs/channels.md, "Errors: whose fault, and what happens")."""
 
 from __future__ import annotations
 
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
-
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.local_ses import fail_send_email
 from outbox_relay.relay import RelayPolicy, run_batch
-from ses_support import (CONFIGURATION_SET, SENDER_IDENTITY, aws_env, enqueue_mail, make_publisher,  # noqa: F401
-                         sent_messages, ses, ses_store)
+from outbox_tools.local_ses import fail_send_email
+from support.ses import CONFIGURATION_SET, SENDER_IDENTITY, make_publisher, sent_messages
 
 VICTIM = "victim@example.com"
 

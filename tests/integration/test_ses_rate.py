@@ -6,10 +6,12 @@ import bisect
 import threading
 import time
 
-from outbox_relay.local_ses import fail_send_email
+import pytest
+
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.relay import run_batch
-from ses_support import aws_env, enqueue_mail, make_publisher, sent_messages, ses, ses_store  # noqa: F401
+from outbox_tools.local_ses import fail_send_email
+from support.ses import make_publisher, sent_messages
 
 LATENCY_SECONDS = 0.1  # simulated SendEmail round trip: one thread alone could send only 10 per second
 
@@ -35,6 +37,7 @@ def _slow_sends(client) -> tuple[list[float], list[int]]:
     return starts, peak
 
 
+@pytest.mark.slow
 def test_sends_close_to_max_send_rate_and_never_more_in_any_second(ses, ses_store, enqueue_mail, policy, plenty,
                                                                    rows):
     # Given 41 emails, an account whose MaxSendRate is 20 per second, and sends that take 100 ms each

@@ -11,9 +11,9 @@ from typing import Iterator
 import pytest
 
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses import create_ses_client
+from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.relay import run_batch
-from ses_support import aws_env, enqueue_mail, make_publisher, ses_store  # noqa: F401
+from support.ses import make_publisher
 
 
 @pytest.fixture

@@ -10,11 +10,13 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from outbox_relay.email import email_row
 from outbox_relay.models import ClaimedMessage, ErrorClass, Status
+from outbox_relay.producer import email_row
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses import (SendRateLimiter, SesPublisher, Verdict, _mailboxes, _redact,
-                                         _redactions, classify_client_error)
+from outbox_relay.publishers.ses.errors import Verdict, classify_client_error
+from outbox_relay.publishers.ses.publisher import SesPublisher
+from outbox_relay.publishers.ses.rate import SendRateLimiter
+from outbox_relay.publishers.ses.requests import mailboxes, redact, redactions
 
 SENDER = "noreply@shop.example"
 C, P, T, TH, D = (ErrorClass.CONFIGURATION, ErrorClass.PERMANENT, ErrorClass.TRANSIENT, ErrorClass.THROTTLED,
@@ -62,12 +64,12 @@ def test_error_classification_table(code, message, status, own_sender, own_set, 
 
 def test_stored_error_text_loses_the_messages_addresses():
     p = email_row(to=["박지우 <jiwoo@example.com>"], cc=["cc@example.com"], subject="s", text="t")
-    from outbox_relay.email import load_payload
+    from outbox_relay.email.payload import load_payload
 
-    pairs = _redactions(_mailboxes(load_payload(p["payload"]), "Shop <noreply@shop.example>"))
+    pairs = redactions(mailboxes(load_payload(p["payload"]), "Shop <noreply@shop.example>"))
     text = ("Email address is not verified. The following identities failed the check: jiwoo@example.com, "
             "CC@EXAMPLE.COM, noreply@shop.example, stranger@elsewhere.example")
-    assert _redact(text, pairs) == ("Email address is not verified. The following identities failed the check: "
+    assert redact(text, pairs) == ("Email address is not verified. The following identities failed the check: "
                                     "<to>, <cc>, <from>, <address>")
 
 
@@ -242,7 +244,7 @@ def test_no_sender_anywhere_stops_the_batch():
 def test_message_id_is_the_first_email_tag():
     client = _client()
     [m] = _claimed(1)
-    prepared = SesPublisher(client, default_sender=SENDER, default_configuration_set="tx")._prepare(m)
+    prepared = SesPublisher(client, default_sender=SENDER, default_configuration_set="tx").prepare(m)
     assert prepared.request["EmailTags"][0] == {"Name": "outbox-message-id", "Value": str(m.message_id)}
     assert prepared.request["ConfigurationSetName"] == "tx"
     assert prepared.request["EmailTags"][0]["Value"] == str(uuid.UUID(m.message_id))
@@ -251,7 +253,7 @@ def test_message_id_is_the_first_email_tag():
 @pytest.mark.parametrize("margin, expected", [(4.0, (2.0, 1.0)), (5.0, (2.0, 2.0)), (10.0, (2.0, 7.0)),
                                               (60.0, (2.0, 15.0))])
 def test_ses_client_timeouts_fit_inside_the_deadline_margin(margin, expected):
-    from outbox_relay.publishers.ses import ses_timeouts
+    from outbox_relay.publishers.ses.client import ses_timeouts
 
     connect, read = ses_timeouts(margin)
     assert (connect, read) == expected
@@ -260,7 +262,7 @@ def test_ses_client_timeouts_fit_inside_the_deadline_margin(margin, expected):
 
 def test_a_deadline_margin_too_small_for_sane_timeouts_is_a_configuration_error():
     from outbox_relay.errors import ConfigurationError
-    from outbox_relay.publishers.ses import ses_timeouts
+    from outbox_relay.publishers.ses.client import ses_timeouts
 
     with pytest.raises(ConfigurationError) as err:
         ses_timeouts(3.5)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pytest
 
-from outbox_relay import email as email_mod
-from outbox_relay.email import email_row, load_payload, parse_address
+from outbox_relay.email import mime as mime_mod
+from outbox_relay.email import payload as payload_mod
+from outbox_relay.email.addresses import parse_address
+from outbox_relay.email.payload import load_payload
 from outbox_relay.errors import InvalidMessageError
+from outbox_relay.producer import email_row
 
 OK = {"to": ["ana@example.com"], "subject": "Hello", "text": "body"}
 
@@ -65,6 +68,10 @@ def refused(**changes) -> InvalidMessageError:
     ({"headers": {"Resent-To": "a@"}}, "headers", "cannot be written as a Resent-To header"),
     ({"headers": {"Resent-To": "a@", "X-Ok": "v"}, "attachments": [("a.txt", b"x")]}, "headers",
      "Resent-To"),
+    # a value its parser does not raise on but records defects for: not that header either
+    ({"headers": {"Resent-To": "not an address"}}, "headers", "does not parse as a Resent-To header"),
+    ({"headers": {"Resent-Sender": "x"}}, "headers", "does not parse as a Resent-Sender header"),
+    ({"headers": {"Resent-Date": "garbage"}}, "headers", "does not parse as a Resent-Date header"),
     # tags: SES's character rules, 256 characters, our reserved name
     ({"tags": {"has space": "v"}}, "tags", "ASCII letters, digits"),
     ({"tags": {"kind": "a.b"}}, "tags", "ASCII letters, digits"),
@@ -84,7 +91,11 @@ def refused(**changes) -> InvalidMessageError:
     # the row's own fields
     ({"message_id": "not-a-uuid"}, "message_id", "UUID"),
     ({"deliver_at": datetime(2030, 1, 1)}, "deliver_at", "timezone-aware"),
+    ({"deliver_at": datetime(9999, 1, 1, tzinfo=timezone.utc)}, "deliver_at", "366 days ahead"),
+    ({"deliver_at": datetime(1, 1, 1, tzinfo=timezone.utc)}, "deliver_at", "366 days in the past"),
     ({"max_attempts": 0}, "max_attempts", "1 to 1000"),
+    ({"key": ""}, "key", "must not be empty"),
+    ({"key": "k" * 513}, "key", "at most 512"),
 ])
 def test_each_rule_is_refused_with_the_field_named(changes, field, words):
     err = refused(**changes)
@@ -95,8 +106,8 @@ def test_each_rule_is_refused_with_the_field_named(changes, field, words):
 
 def test_total_size_is_limited_to_the_ses_v2_maximum(monkeypatch):
     # Given the SES v2 limit of 40 MB, checked on the MIME message with attachments base64-encoded
-    assert email_mod.MAX_MESSAGE_BYTES == 40_000_000
-    monkeypatch.setattr(email_mod, "MAX_MESSAGE_BYTES", 20_000)
+    assert mime_mod.MAX_MESSAGE_BYTES == 40_000_000
+    monkeypatch.setattr(mime_mod, "MAX_MESSAGE_BYTES", 20_000)
 
     # When the attachment makes the message exceed it, or the body alone does
     with_attachment = refused(attachments=[("big.bin", b"\x00" * 15_000)])  # 20,000 bytes as base64
@@ -169,6 +180,15 @@ BAD_HEADER_ROW = ('{"to":["p@example.com"],"subject":"s","text":"t","headers":{"
                   '"attachments":[{"filename":"a.txt","content_type":"text/plain","content_base64":"eA=="}]}')
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("Resent-To", "Zoë <zoe@example.com>, ops@shop.example"), ("Resent-To", "undisclosed-recipients:;"),
+    ("Resent-Date", "Mon, 1 Dec 2025 10:00:00 +0000"), ("List-Unsubscribe", "<https://shop.example/u/1>"),
+    ("X-Campaign", "2025 Q1 ✓"), ("In-Reply-To", "<abc@shop.example>"),
+])
+def test_header_values_that_parse_as_their_header_are_kept(name, value):
+    assert email_row(**(OK | {"headers": {name: value}}))
+
+
 def test_a_stored_header_the_email_package_cannot_parse_is_refused_naming_headers():
     # When the relay reads a row written by hand whose Resent-To makes the stdlib parser raise IndexError
     with pytest.raises(InvalidMessageError) as err:
@@ -177,21 +197,25 @@ def test_a_stored_header_the_email_package_cannot_parse_is_refused_naming_header
     # Then it is an InvalidMessageError naming the field, not the IndexError, and not echoing the value
     assert err.value.field == "headers"
     assert "a@" not in str(err.value)
+    # And so is one whose parser only records defects
+    with pytest.raises(InvalidMessageError) as err:
+        load_payload(BAD_HEADER_ROW.replace('"Resent-To":"a@"', '"Resent-To":"not an address"'))
+    assert err.value.field == "headers" and "not an address" not in str(err.value)
 
 
 def test_build_mime_turns_any_email_package_exception_into_the_field(monkeypatch):
     # Given a valid payload, and an email package that raises on one attachment
-    payload = email_mod.validate_payload(OK | {"attachments": [("a.txt", b"x"), ("b.txt", b"y")]})
-    real = email_mod.EmailMessage.add_attachment
+    payload = payload_mod.validate_payload(OK | {"attachments": [("a.txt", b"x"), ("b.txt", b"y")]})
+    real = mime_mod.EmailMessage.add_attachment
 
     def add_attachment(self, content, *args, **kw):
         if kw.get("filename") == "b.txt":
             raise UnicodeError("boom")
         return real(self, content, *args, **kw)
 
-    monkeypatch.setattr(email_mod.EmailMessage, "add_attachment", add_attachment)
+    monkeypatch.setattr(mime_mod.EmailMessage, "add_attachment", add_attachment)
 
     # When the MIME is built, then the error names the attachment and the exception type only
     with pytest.raises(InvalidMessageError) as err:
-        email_mod.build_mime(payload, sender="noreply@shop.example")
+        mime_mod.build_mime(payload, sender="noreply@shop.example")
     assert (err.value.field, err.value.problem) == ("attachments[1]", "cannot be written as MIME (UnicodeError)")

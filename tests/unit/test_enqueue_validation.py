@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from outbox_relay.errors import InvalidMessageError
-from outbox_relay.producer import MAX_EVENT_PAYLOAD_BYTES, enqueue_event, enqueue_events_bulk
+from outbox_relay.events import MAX_EVENT_PAYLOAD_BYTES
+from outbox_relay.producer import enqueue_event, enqueue_events_bulk
 
 
 class RecordingConnection:
@@ -45,15 +46,24 @@ def good(**overrides):
         (dict(stream="a{b"), "stream", "hash tag"),
         (dict(stream="a}b"), "stream", "hash tag"),
         (dict(stream="{}x"), "stream", "hash tag"),
+        (dict(stream="{a}}"), "stream", "hash tag"),
+        (dict(stream="{a}{b}"), "stream", "hash tag"),
+        (dict(stream="x_{a}b{c}"), "stream", "hash tag"),
         (dict(stream=7), "stream", "valid string"),
         (dict(type=""), "type", "at least 1 character"),
         (dict(type=" "), "type", "blank"),
+        (dict(key=""), "key", "empty"),
         (dict(payload={"when": datetime.now()}), "payload", "JSON-serialisable"),
         (dict(payload={"x": math.nan}), "payload", "JSON-serialisable"),
         (dict(payload={"x": "a\x00b"}), "payload", "NUL"),
         (dict(payload="x" * MAX_EVENT_PAYLOAD_BYTES), "payload", "limit"),
         (dict(message_id="not-a-uuid"), "message_id", "UUID"),
         (dict(deliver_at=datetime(2030, 1, 1)), "deliver_at", "timezone-aware"),
+        (dict(deliver_at=datetime(9999, 12, 31, tzinfo=timezone.utc)), "deliver_at", "366 days ahead"),
+        (dict(deliver_at=datetime.now(timezone.utc) + timedelta(days=367)), "deliver_at", "366 days ahead"),
+        (dict(deliver_at=datetime(1, 1, 1, tzinfo=timezone.utc)), "deliver_at", "366 days in the past"),
+        (dict(deliver_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=9)))), "deliver_at", "in the past"),
+        (dict(deliver_at=datetime(1970, 1, 1, tzinfo=timezone.utc)), "deliver_at", "366 days in the past"),
         (dict(max_attempts=0), "max_attempts", "greater than or equal to 1"),
         (dict(key="k" * 600), "key", "at most 512"),
         (dict(headers={"trace": 5}), "headers.trace", "valid string"),
@@ -79,6 +89,14 @@ def test_valid_event_is_written_once_with_its_id():
     assert params["payload"] == '{"id":1}'
 
 
+@pytest.mark.parametrize("days", [-365, -1, 0, 1, 365])
+def test_a_deliver_at_within_a_year_either_way_is_accepted(days):
+    conn = RecordingConnection()
+    when = datetime.now(timezone.utc) + timedelta(days=days)
+    enqueue_event(conn, **good(deliver_at=when))
+    assert conn.calls[0][1]["deliver_at"] == when
+
+
 def test_unicode_payload_is_kept_as_utf8_json():
     conn = RecordingConnection()
     enqueue_event(conn, **good(payload={"note": "맵게 🌶️ crème"}))
@@ -91,6 +109,15 @@ def test_bulk_validates_everything_before_writing():
     with pytest.raises(InvalidMessageError) as info:
         enqueue_events_bulk(conn, messages)
     assert info.value.field == "messages[5].type"
+    assert conn.calls == []
+
+
+def test_bulk_refuses_an_empty_key_by_position():
+    # An empty key would be stored but published without a `key` field: it reads as no key
+    conn = RecordingConnection()
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_events_bulk(conn, [good(key="a"), good(key="b"), good(key="c"), good(key="")])
+    assert info.value.field == "messages[3].key" and "leave it out" in info.value.problem
     assert conn.calls == []
 
 

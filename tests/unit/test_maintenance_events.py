@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from outbox_relay.config import load_maintenance_settings, load_settings
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.local import project_root
 from outbox_relay.maintenance import RedriveRequest, ScheduledRun
 from outbox_relay.models import Channel, ErrorClass
+from outbox_tools.lambda_local import project_root
 
 EVENTS = project_root() / "events"
 
@@ -47,6 +47,10 @@ def test_redrive_by_ids():
     ({"action": "redrive", "error_clas": "transient"}, "error_clas"),
     ({"action": "redrive", "error_class": "bad"}, "error_class"),
     ({"action": "redrive", "dry_run": "perhaps"}, "dry_run"),
+    # Booleans are JSON booleans: a string is refused, never read as true or false
+    ({"action": "redrive", "dry_run": "false"}, "dry_run"),
+    ({"action": "redrive", "all": "yes"}, "all"),
+    ({"action": "redrive", "all": 1}, "all"),
 ])
 def test_redrive_requests_are_strict(event, field):
     with pytest.raises(ValidationError) as info:

@@ -5,7 +5,8 @@ import uuid
 import pytest
 
 from outbox_relay.models import Channel
-from outbox_relay.ops import RedriveSelection, format_seconds, parse_duration
+from outbox_relay.operations.redrive import RedriveSelection
+from outbox_tools.durations import format_seconds, parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -1,5 +1,8 @@
-"""shared/requirements.txt (what `sam build` installs into the layer) agrees
-with [project].dependencies in pyproject.toml (what pip installs here)."""
+"""What each layer installs agrees with what pip installs here:
+shared/requirements.txt (the relay's layer) and migrations/requirements.txt
+(the migration function's layer) are, together, the first entries of
+[project].dependencies; the rest is the workstation tools' (click, rich), and
+none of the tools' or migrations' packages is in the relay's layer."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
+WORKSTATION_ONLY = {"click", "rich"}
 
 
 def _normalised(lines: list[str]) -> dict[str, tuple[frozenset[str], str, str]]:
@@ -22,29 +26,43 @@ def _normalised(lines: list[str]) -> dict[str, tuple[frozenset[str], str, str]]:
     return out
 
 
-def _requirements_txt() -> list[str]:
-    text = (ROOT / "shared" / "requirements.txt").read_text(encoding="utf-8")
+def _requirements_txt(folder: str) -> list[str]:
+    text = (ROOT / folder / "requirements.txt").read_text(encoding="utf-8")
     return [s for line in text.splitlines() if (s := line.split("#", 1)[0].strip())]
 
 
-def test_layer_requirements_equal_the_project_dependencies() -> None:
-    # Given the two lists
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
-    layer = _requirements_txt()
+def _project() -> dict[str, tuple[frozenset[str], str, str]]:
+    return _normalised(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
 
-    # Then they name the same packages, extras, version ranges and markers
-    assert _normalised(layer) == _normalised(project)
+
+def test_layers_hold_the_project_dependencies_but_the_workstations() -> None:
+    # Given the three lists
+    layer, migrations, project = _normalised(_requirements_txt("shared")), \
+        _normalised(_requirements_txt("migrations")), _project()
+
+    # Then the layers' requirements are the project's, at the same ranges, and what is
+    # left is only what the workstation tools use
+    assert {**layer, **migrations}.items() <= project.items()
+    assert set(project) - set(layer) - set(migrations) == WORKSTATION_ONLY
+
+
+def test_the_relay_layer_holds_no_workstation_or_migration_package() -> None:
+    layer = set(_normalised(_requirements_txt("shared")))
+    assert not layer & (WORKSTATION_ONLY | {"alembic"})
 
 
 def test_every_layer_requirement_has_a_lower_bound() -> None:
-    for line in _requirements_txt():
-        req = Requirement(line)
-        assert any(spec.operator in (">=", "==", "~=") for spec in req.specifier), line
+    for folder in ("shared", "migrations"):
+        for line in _requirements_txt(folder):
+            req = Requirement(line)
+            assert any(spec.operator in (">=", "==", "~=") for spec in req.specifier), line
 
 
 def test_requirements_sit_where_the_layer_build_reads_them() -> None:
     # BuildMethod python3.12 copies ContentUri into python/ and installs the
-    # requirements.txt found directly in it: shared/, beside the package.
+    # requirements.txt found directly in it, beside the package.
     assert (ROOT / "shared" / "requirements.txt").is_file()
     assert (ROOT / "shared" / "outbox_relay" / "invocation.py").is_file()
+    assert (ROOT / "migrations" / "requirements.txt").is_file()
+    assert (ROOT / "migrations" / "outbox_migrations" / "env.py").is_file()
     assert not (ROOT / "shared" / "python").exists()

@@ -22,12 +22,12 @@ import re
 from typing import Any
 
 import pytest
-from template_model import ROOT, TemplateModel  # tests/template_model.py
 
 from outbox_relay import observability as obs
 from outbox_relay.config import MaintenanceSettings, Settings
 from outbox_relay.invocation import ScheduleEvent
-from outbox_relay.models import Channel
+from outbox_relay.models import Channel, Mode
+from support.template import ROOT, TemplateModel
 
 MODEL = TemplateModel(every_condition=True)
 TEMPLATE = MODEL.doc
@@ -42,7 +42,8 @@ EMF_DIMENSIONS = {"channel", "service"}
 RELAY_FUNCTIONS = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
 #: Metrics the issue asks the dashboard to plot for each channel.
 DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
-                         obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE}
+                         obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG,
+                         obs.DELIVERY_LAG_MAX}
 NAMESPACE = MODEL.metrics_namespace()
 dashboard_metrics = MODEL.dashboard_series
 alarm_metrics = MODEL.alarm_metrics
@@ -94,7 +95,9 @@ def test_alarms_cover_errors_throttles_duration_dead_letters_and_backlog() -> No
         assert on_function == {"Errors", "Throttles", "Duration"}, function
     for channel in RELAY_FUNCTIONS:
         relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims["channel"] == channel}
-        assert relay == {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE}, channel
+        redis_only = {obs.MEMORY_FULL, obs.NOT_REPLICATED, obs.STREAM_FULL, obs.TRIMMED_UNACKNOWLEDGED}
+        expected = {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG}
+        assert relay == (expected | redis_only if channel == "redis" else expected), channel
     assert any(ns == "AWS/SQS" and dims == {"QueueName": "<ScheduleDeadLetterQueue.QueueName>"}
                for _, ns, _, dims in watched)
 
@@ -104,10 +107,33 @@ def test_backlog_alarm_threshold_is_the_parameter_and_duration_alarm_is_relative
         props = alarm["Properties"]
         if props.get("MetricName") == obs.OLDEST_PENDING_AGE:
             assert props["Threshold"] == {"Ref": "OldestPendingAgeAlarmSeconds"}, name
+        if props.get("MetricName") == obs.DELIVERY_LAG:
+            assert props["Threshold"] == {"Ref": "DeliveryLagAlarmMilliseconds"}, name
+            assert props["ExtendedStatistic"] == "p99" and alarm["Condition"].endswith("LagAlarmed"), name
         for query in props.get("Metrics", []):
             if "Expression" in query:
                 assert "${FunctionTimeoutSeconds}" in query["Expression"]["Fn::Sub"], name
-                assert props["Threshold"] == 90
+                # a latency-mode relay runs until its deadline's margin, by design
+                expected = {"Fn::If": ["IsLatencyMode", 99, 90]} if name.startswith("Relay") else 90
+                assert props["Threshold"] == expected, name
+
+
+def test_the_mode_the_poll_interval_and_the_reserved_concurrency_are_parameters() -> None:
+    env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["OUTBOX_MODE"] == {"Ref": "RelayMode"} and PARAMETERS["RelayMode"]["Default"] == "latency"
+    assert set(PARAMETERS["RelayMode"]["AllowedValues"]) == {m.value for m in Mode}
+    assert env["OUTBOX_POLL_INTERVAL_SECONDS"] == {"Ref": "PollIntervalSeconds"}
+    assert RESOURCES["RelayRedisFunction"]["Properties"]["ReservedConcurrentExecutions"] == \
+        {"Ref": "RedisReservedConcurrency"}
+    assert RESOURCES["RelaySesFunction"]["Properties"]["ReservedConcurrentExecutions"] == \
+        {"Ref": "SesReservedConcurrency"}
+    # two SES invocations at most: each paces at half the rate only while they overlap
+    assert PARAMETERS["SesReservedConcurrency"]["MaxValue"] == 2
+    # the default timeout outlives the default one-minute schedule, so latency invocations overlap
+    assert PARAMETERS["RelayScheduleExpression"]["Default"] == "rate(1 minute)"
+    assert PARAMETERS["FunctionTimeoutSeconds"]["Default"] > 60 + Settings.model_fields[
+        "deadline_margin_seconds"].default
+    assert PARAMETERS["LeaseSeconds"]["Default"] > PARAMETERS["FunctionTimeoutSeconds"]["Default"]
 
 
 def test_every_alarm_notifies_the_encrypted_topic_that_cloudwatch_may_use() -> None:
@@ -206,7 +232,12 @@ def test_the_timeout_the_code_is_told_is_the_function_timeout() -> None:
     assert globals_["Timeout"] == {"Ref": "FunctionTimeoutSeconds"}
     assert globals_["Environment"]["Variables"]["OUTBOX_FUNCTION_TIMEOUT_SECONDS"] == {"Ref": "FunctionTimeoutSeconds"}
     for name, function in of_type("AWS::Serverless::Function").items():
+        if name == "MigrationFunction":
+            continue  # its own timeout, below
         assert "Timeout" not in function["Properties"], f"{name} overrides the timeout the code is told"
+    # The migration function may run longer, and is told so.
+    migration = RESOURCES["MigrationFunction"]["Properties"]
+    assert migration["Environment"]["Variables"]["OUTBOX_FUNCTION_TIMEOUT_SECONDS"] == str(migration["Timeout"])
     # The defaults satisfy the rule the settings enforce: the lease outlives the timeout.
     assert int(PARAMETERS["LeaseSeconds"]["Default"]) > int(PARAMETERS["FunctionTimeoutSeconds"]["Default"])
 
@@ -223,7 +254,7 @@ def test_runtime_architecture_tracing_and_layer() -> None:
     assert layer["Metadata"]["BuildArchitecture"] == "arm64"
 
 
-@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"])
+@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction", "MigrationFunction"])
 def test_each_function_has_its_handler_and_a_log_group_with_retention(function: str) -> None:
     props = RESOURCES[function]["Properties"]
     module, _, attr = props["Handler"].rpartition(".")
@@ -234,6 +265,39 @@ def test_each_function_has_its_handler_and_a_log_group_with_retention(function: 
     assert RESOURCES[log_group]["Type"] == "AWS::Logs::LogGroup"
     assert RESOURCES[log_group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     assert RESOURCES[log_group].get("Condition") == RESOURCES[function].get("Condition")
+
+
+def test_the_migration_function_has_the_runtime_layer_and_the_migrations_layer() -> None:
+    # Layers in a function are added to the Globals' (SAM merges lists): the relay's layer, then the migrations'.
+    props = RESOURCES["MigrationFunction"]["Properties"]
+    assert TEMPLATE["Globals"]["Function"]["Layers"] + props["Layers"] == [{"Ref": "SharedLayer"},
+                                                                          {"Ref": "MigrationsLayer"}]
+    layer = RESOURCES["MigrationsLayer"]
+    assert layer["Properties"]["ContentUri"] == "migrations/"
+    assert layer["Properties"]["CompatibleArchitectures"] == TEMPLATE["Globals"]["Function"]["Architectures"]
+    assert layer["Metadata"] == {"BuildMethod": "python3.12", "BuildArchitecture": "arm64"}
+    assert (ROOT / "migrations" / "requirements.txt").is_file()
+    # CloudFormation invokes it asynchronously: Lambda must not run a request again
+    assert props["EventInvokeConfig"]["MaximumRetryAttempts"] == 0
+    assert "Events" not in props, "run by the custom resource only"
+
+
+def test_the_schema_is_migrated_by_a_custom_resource_on_every_new_migrations_layer() -> None:
+    resource = RESOURCES["SchemaMigration"]
+    assert resource["Type"].startswith("Custom::")
+    props = resource["Properties"]
+    assert props["ServiceToken"] == {"Fn::GetAtt": ["MigrationFunction", "Arn"]}
+    # A new layer version (new scripts) or another database changes a property, so CloudFormation sends Update
+    assert props["MigrationsLayer"] == {"Ref": "MigrationsLayer"}
+    assert resolve(props["Database"]) == "<DatabaseIamUser>@<DatabaseHost>:5432/postgres"
+    assert MODEL.resolve(props["Database"]["Fn::If"][2]) == "<DatabaseSecretArn>"
+    # CloudFormation waits no longer than the function can run, and a little more
+    timeout = RESOURCES["MigrationFunction"]["Properties"]["Timeout"]
+    assert timeout < props["ServiceTimeout"] <= 3600
+    (alarm,) = [a for a in of_type("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("Dimensions") == [{"Name": "FunctionName", "Value": {"Ref": "MigrationFunction"}}]]
+    assert alarm["Properties"]["MetricName"] == "Errors"
+    assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
 
 
 def test_relay_functions_share_one_code_and_differ_by_channel() -> None:
@@ -266,7 +330,7 @@ def _actions(statement: dict[str, Any]) -> list[str]:
     return [action] if isinstance(action, str) else list(action)
 
 
-@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction"])
+@pytest.mark.parametrize("function", [*RELAY_FUNCTIONS.values(), "MaintenanceFunction", "MigrationFunction"])
 def test_no_wildcard_actions_and_wildcard_resources_only_where_iam_has_no_resources(function: str) -> None:
     for statement in _statements(function):
         assert statement["Effect"] == "Allow"
@@ -292,6 +356,10 @@ def test_database_access_is_the_one_secret_or_the_one_iam_database_user() -> Non
     assert set(statements) == set(conditions), "the maintenance function needs the database only"
 
 
+def test_the_migration_function_needs_only_the_database() -> None:
+    assert RESOURCES["MigrationFunction"]["Properties"]["Policies"] == [{"Ref": "DatabaseAccessPolicy"}]
+
+
 def test_redis_relay_reads_only_its_redis_secret_beyond_the_database() -> None:
     extra = [s for s in _statements("RelayRedisFunction") if s["Sid"] == "ReadRedisUrlSecret"]
     assert extra == [{"Sid": "ReadRedisUrlSecret", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
@@ -301,7 +369,8 @@ def test_redis_relay_reads_only_its_redis_secret_beyond_the_database() -> None:
 
 def test_ses_relay_may_call_exactly_the_ses_operations_its_code_calls() -> None:
     # Given the SES v2 operations the publisher calls on its client
-    code = (ROOT / "shared" / "outbox_relay" / "publishers" / "ses.py").read_text(encoding="utf-8")
+    code = "".join(f.read_text(encoding="utf-8")
+                   for f in (ROOT / "shared" / "outbox_relay" / "publishers" / "ses").glob("*.py"))
     called = {"ses:" + "".join(w.capitalize() for w in op.split("_"))
               for op in re.findall(r"self\.client\.([a-z_]+)\(", code)}
     # Then the function's SES permissions are those operations
@@ -339,15 +408,18 @@ def test_outputs_name_the_functions_dashboard_and_alarm_topic() -> None:
     assert outputs["RelayRedisFunctionArn"]["Value"] == {"Fn::GetAtt": ["RelayRedisFunction", "Arn"]}
     assert outputs["RelaySesFunctionArn"]["Value"] == {"Fn::GetAtt": ["RelaySesFunction", "Arn"]}
     assert outputs["MaintenanceFunctionArn"]["Value"] == {"Fn::GetAtt": ["MaintenanceFunction", "Arn"]}
+    assert outputs["MigrationFunctionArn"]["Value"] == {"Fn::GetAtt": ["MigrationFunction", "Arn"]}
+    assert outputs["SchemaRevision"]["Value"] == {"Fn::GetAtt": ["SchemaMigration", "Revision"]}
     assert outputs["AlarmTopicArn"]["Value"] == {"Ref": "AlarmTopic"}
     assert resolve(outputs["DashboardUrl"]["Value"]).endswith("#dashboards:name=<Dashboard>")
 
 
 def test_the_deploy_documentation_names_every_parameter_and_alarm() -> None:
-    docs = (ROOT / "README.md").read_text(encoding="utf-8")
-    missing = sorted(name for name in PARAMETERS if f"`{name}`" not in docs)
+    deploying = (ROOT / "docs" / "deploying.md").read_text(encoding="utf-8")
+    missing = sorted(name for name in PARAMETERS if f"`{name}`" not in deploying)
     assert missing == []
+    operating = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
         suffix = alarm["Properties"]["AlarmName"]["Fn::Sub"].removeprefix("${AWS::StackName}-")
         generic = suffix.replace("-redis-", "-<channel>-").replace("-ses-", "-<channel>-")
-        assert f"`{generic}`" in docs, f"{name}: `{generic}` is not explained"
+        assert f"`{generic}`" in operating, f"{name}: `{generic}` is not explained"

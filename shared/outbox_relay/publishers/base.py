@@ -34,6 +34,12 @@ class Publisher(Protocol):
     (see `errors`) for failures that are not one message's fault."""
 
     channel: Channel
+    #: Whether the relay may claim the next batch while this one is delivered
+    #: (drain and latency modes); a publisher paced by a rate gains nothing by it.
+    pipelined: bool
+
+    def begin(self, deadline: Deadline) -> None:
+        """A new invocation starts (per-invocation state: rate limits, cached gates)."""
 
     def gate(self) -> str | None:
         """Check the downstream before claiming: None when it can take messages,

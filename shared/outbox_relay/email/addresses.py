@@ -1,0 +1,79 @@
+"""Email addresses: one mailbox, parsed by the standard library's RFC 5322
+parser (`email.headerregistry`) and checked by `email-validator`; the local
+part must be ASCII (SES does not accept SMTPUTF8 addresses), an
+internationalised domain is kept in its ASCII (punycode) form."""
+
+from __future__ import annotations
+
+import re
+from email import policy as email_policy
+from email.header import Header
+from email.headerregistry import Address
+from email.utils import formataddr
+
+from email_validator import EmailNotValidError, validate_email
+
+# Control characters except TAB, and everything Python treats as a line break (NEL, U+2028,
+# U+2029): none may reach a header.
+CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def parse_address(value: str) -> str:
+    """Validate one mailbox (``addr@example.com`` or ``Display Name <addr@example.com>``)
+    and return its canonical form: the display name kept as given (UTF-8 allowed),
+    the address as `email-validator` normalises it, domain in ASCII (punycode).
+
+    Raises `ValueError` saying what is wrong (the caller names the field).
+    """
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if CONTROL_RE.search(value):
+        raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
+    if not value.strip():
+        raise ValueError("must not be blank")
+    try:
+        header = email_policy.default.header_factory("To", value)
+    except Exception:  # the stdlib parser gives up on some malformed input with IndexError & co
+        raise ValueError("is not a well-formed address") from None
+    if header.defects:
+        if all(type(d).__name__ == "NonASCIILocalPartDefect" for d in header.defects):
+            raise ValueError("has a non-ASCII local part (before the @), which SES does not accept")
+        raise ValueError("is not a well-formed address")
+    if len(header.groups) != 1 or header.groups[0].display_name is not None or len(header.addresses) != 1:
+        raise ValueError("must be exactly one address (use a list for several)")
+    mailbox = header.addresses[0]
+    try:
+        checked = validate_email(mailbox.addr_spec, check_deliverability=False, allow_smtputf8=False)
+    except EmailNotValidError as exc:
+        raise ValueError(f"is not a valid address ({_without_address(str(exc), mailbox.addr_spec)})") from None
+    ascii_address = checked.ascii_email or checked.normalized
+    if not mailbox.display_name:
+        return ascii_address
+    return str(Address(display_name=mailbox.display_name, addr_spec=ascii_address))
+
+
+def address_of(canonical: str) -> str:
+    """The bare address of a canonical mailbox string (display name dropped)."""
+    return email_policy.default.header_factory("To", canonical).addresses[0].addr_spec
+
+
+def encode_address(canonical: str) -> str:
+    """A canonical mailbox as SES expects it in API fields: the display name
+    RFC 2047-encoded when it is not ASCII ("Amazon SES API v2 reference",
+    SendEmail FromEmailAddress: "MIME encoded-word syntax")."""
+    mailbox = email_policy.default.header_factory("To", canonical).addresses[0]
+    if not mailbox.display_name:
+        return mailbox.addr_spec
+    return formataddr((mailbox.display_name, mailbox.addr_spec), charset="utf-8")
+
+
+def _without_address(text: str, address: str) -> str:
+    return text.replace(address, "<address>")
+
+
+def encode_header_value(value: str) -> str:
+    """A header value as one line of printable ASCII: as is when it already is,
+    else RFC 2047 encoded words (UTF-8)."""
+    if value.isascii():
+        return value
+    return Header(value, "utf-8").encode(maxlinelen=0)

@@ -1,0 +1,96 @@
+"""The raw MIME message of an email (RFC 5322 / RFC 2045), built with the
+standard library's `email` package, for emails SES must receive as raw content
+(attachments, or custom headers on an older botocore)."""
+
+from __future__ import annotations
+
+import contextlib
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import Iterator
+
+from ..errors import InvalidMessageError
+from .headers import MIME_POLICY
+from .payload import EmailPayload
+
+#: SES v2 maximum message size, bytes, after base64 encoding ("Service quotas in Amazon SES").
+MAX_MESSAGE_BYTES = 40_000_000
+_PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"
+
+
+def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> bytes:
+    """The raw MIME message (RFC 5322 / RFC 2045), built with the standard
+    library's `email` package, CRLF line endings.
+
+    Structure: the text and/or html body (``multipart/alternative`` when both),
+    inside ``multipart/mixed`` with the attachments when there are any. Bodies
+    are UTF-8, base64 transfer-encoded, so they arrive byte for byte and no
+    line exceeds the 1,000 characters SES allows (RFC 5321). Non-ASCII display
+    names, subjects and header values become RFC 2047 encoded words. Bcc is
+    never written into the headers (SES takes it from the Destination).
+
+    Args:
+        m: a validated payload.
+        sender: canonical From mailbox (the payload's, else the configured default).
+        date: RFC 5322 date; now (UTC) when omitted.
+
+    Raises:
+        InvalidMessageError: the `email` package could not write a part; `.field`
+            names it (``from``, ``to``, ``subject``, ``headers``, ``html/text``,
+            ``attachments[i]``, or ``message`` for the final serialisation) and the
+            problem gives only the exception type, never a value. Any exception the
+            package raises (IndexError, TypeError, UnicodeError, `email.errors.*`, …)
+            becomes this one.
+    """
+    msg = EmailMessage(policy=MIME_POLICY)
+    with field_errors("from"):
+        msg["From"] = sender
+    for field, header, values in (("to", "To", m.to), ("cc", "Cc", m.cc), ("reply_to", "Reply-To", m.reply_to)):
+        if values:
+            with field_errors(field):
+                msg[header] = ", ".join(values)
+    with field_errors("subject"):
+        msg["Subject"] = m.subject
+    msg["Date"] = date or formatdate(usegmt=True)
+    with field_errors("headers"):
+        for name, value in m.headers.items():
+            msg[name] = value
+    bodies = [(sub, body) for sub, body in (("plain", m.text), ("html", m.html)) if body is not None]
+    if not bodies:
+        raise InvalidMessageError("html/text", "an html or a text body is required")
+    with field_errors("html/text"):
+        first_sub, first_body = bodies[0]
+        msg.set_content(first_body.encode("utf-8"), maintype="text", subtype=first_sub, cte="base64",
+                        params={"charset": "utf-8"})
+        for sub, body in bodies[1:]:
+            msg.add_alternative(body.encode("utf-8"), maintype="text", subtype=sub, cte="base64",
+                                params={"charset": "utf-8"})
+    for i, a in enumerate(m.attachments):
+        with field_errors(f"attachments[{i}]"):
+            maintype, subtype = a.content_type.split("/", 1)
+            msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
+    with field_errors("message"):
+        return msg.as_bytes()
+
+
+@contextlib.contextmanager
+def field_errors(field: str, what: str = "cannot be written as MIME") -> Iterator[None]:
+    """Context manager: any exception inside (other than `InvalidMessageError`)
+    becomes `InvalidMessageError(field, "<what> (<exception type>)")`, naming the
+    exception type only (the values may be personal data)."""
+    try:
+        yield
+    except InvalidMessageError:
+        raise
+    except Exception as exc:
+        raise InvalidMessageError(field, f"{what} ({type(exc).__name__})") from None
+
+
+def check_size(m: EmailPayload) -> None:
+    """Refuse an email whose MIME message, attachments base64-encoded, exceeds
+    `MAX_MESSAGE_BYTES`; `InvalidMessageError` names the field that made it too large."""
+    size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
+    if size > MAX_MESSAGE_BYTES:
+        field = "attachments" if m.attachments else "html/text"
+        raise InvalidMessageError(field, f"the message is {size} bytes as MIME; SES v2 accepts at most "
+                                         f"{MAX_MESSAGE_BYTES} bytes including attachments")

@@ -1,0 +1,292 @@
+"""Transactional email: the stored payload and its validation.
+
+An email is an outbox row with channel ``ses``, type ``email``, destination
+its configuration set (or ``ses``) and this JSON payload (keys omitted when empty)::
+
+    {"from": "Shop <noreply@shop.example>",            # optional: OUTBOX_SES_FROM when absent
+     "to": ["박지우 <jiwoo@example.com>"], "cc": [...], "bcc": [...], "reply_to": [...],
+     "subject": "주문 확인 🎉", "text": "…", "html": "<p>…</p>",
+     "headers": {"List-Unsubscribe": "<https://shop.example/u/1>"},
+     "tags": {"campaign": "welcome"},                   # SES message tags
+     "configuration_set": "transactional",              # optional: OUTBOX_SES_CONFIGURATION_SET
+     "attachments": [{"filename": "receipt.pdf", "content_type": "application/pdf",
+                      "content_base64": "JVBERi0x…"}]}   # standard base64 (RFC 4648 §4)
+
+The same model validates at enqueue (nothing written when invalid; the error
+names the field) and again when the relay reads the row, so a payload written
+by hand into the table that breaks a rule is dead-lettered, never sent.
+
+Rules and where they come from:
+- addresses: one mailbox each, parsed by the standard library's RFC 5322
+  parser (`email.headerregistry`) and checked by `email-validator`; the local
+  part must be ASCII (SES does not accept SMTPUTF8 addresses), an
+  internationalised domain is stored in its ASCII (punycode) form;
+- at least one and at most 50 recipients across to, cc and bcc ("Service
+  quotas in Amazon SES": recipients per message);
+- html or text present; subject present; no CR, LF or NUL where they could
+  inject a header or break PostgreSQL text;
+- custom headers: at most 15, names printable ASCII without a colon (RFC 5322
+  field-name) of at most 126 characters, values at most 995 characters once
+  encoded (SES API v2 reference, "MessageHeader"), and each value must parse
+  as that header in the standard library's `email` package with no defect
+  recorded (an address header such as ``Resent-To`` must hold addresses);
+  headers this library writes itself (From, To, Subject, …), MIME-Version,
+  every Content-* header (the MIME structure is ours) and X-SES-* are refused;
+- tags: names and values of 1–256 ASCII letters, digits, `_` or `-` (SES API
+  v2 reference, "MessageTag"); the name `outbox-message-id` is reserved;
+- configuration set: 1–64 ASCII letters, digits, `_` or `-` (SES API v2
+  reference, "CreateConfigurationSet");
+- size: the MIME message, attachments included and base64-encoded, at most
+  40,000,000 bytes ("Service quotas in Amazon SES": SES v2 API maximum
+  message size, 40 MB after base64 encoding).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import InvalidMessageError
+from .addresses import CONTROL_RE, encode_header_value, parse_address
+from .attachment import Attachment, as_attachment
+from .headers import header_problem
+
+#: Recipients per message across To, Cc and Bcc ("Service quotas in Amazon SES").
+MAX_RECIPIENTS = 50
+#: Custom headers per message (SES API v2 reference, "Message": Headers, 0–15 items).
+MAX_CUSTOM_HEADERS = 15
+#: Header name / encoded value length (SES API v2 reference, "MessageHeader").
+MAX_HEADER_NAME_CHARS = 126
+MAX_HEADER_VALUE_CHARS = 995
+#: Our cap on message tags per email (SES documents no count in the API reference).
+MAX_TAGS = 50
+#: RFC 5322 recommends header lines of at most 998 characters; a longer subject is refused.
+MAX_SUBJECT_CHARS = 998
+MAX_ATTACHMENTS = 100
+#: The tag that carries the outbox message id, for matching bounce and complaint events.
+OUTBOX_TAG = "outbox-message-id"
+#: Destination of an email row without its own configuration set.
+DEFAULT_DESTINATION = "ses"
+EMAIL_TYPE = "email"
+
+_TAG_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# RFC 5322 field-name: printable US-ASCII (33–126) except the colon (58).
+_HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,%d}" % MAX_HEADER_NAME_CHARS)
+_RESERVED_HEADERS = frozenset(h.lower() for h in (
+    "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date", "Message-ID", "MIME-Version",
+    "Return-Path",
+))
+# Every Content-* header describes the MIME structure, which build_mime writes itself.
+_RESERVED_HEADER_PREFIX = "content-"
+
+
+class EmailPayload(BaseModel):
+    """The stored email payload (see the module docstring for the JSON shape)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    sender: str | None = Field(default=None, alias="from")
+    to: tuple[str, ...] = ()
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    reply_to: tuple[str, ...] = ()
+    subject: str = Field(max_length=MAX_SUBJECT_CHARS)
+    html: str | None = None
+    text: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict)
+    configuration_set: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, v: str | None) -> str | None:
+        return None if v is None else parse_address(v)
+
+    @field_validator("to", "cc", "bcc", "reply_to", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        if isinstance(v, str):  # a single address is accepted as a list of one
+            return (v,)
+        return v
+
+    @field_validator("to", "cc", "bcc", "reply_to", mode="after")
+    @classmethod
+    def _addresses(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        out = []
+        for i, item in enumerate(v):
+            try:
+                out.append(parse_address(item))
+            except ValueError as exc:
+                raise ValueError(f"[{i}] {exc}") from None
+        return tuple(out)
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str) -> str:
+        if CONTROL_RE.search(v):
+            raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
+        # Leading and trailing blanks do not survive a MIME header (RFC 5322 unfolding): drop them
+        # here, so the subject is the same whichever way the email is sent.
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("html", "text")
+    @classmethod
+    def _body(cls, v: str | None) -> str | None:
+        if v is not None and "\x00" in v:
+            raise ValueError("must not contain the NUL character")
+        return v if v else None
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_CUSTOM_HEADERS:
+            raise ValueError(f"at most {MAX_CUSTOM_HEADERS} custom headers (SES API v2, Message.Headers)")
+        seen: set[str] = set()
+        v = {name: value.strip() if isinstance(value, str) else value for name, value in v.items()}
+        for name, value in v.items():
+            if not _HEADER_NAME_RE.fullmatch(name):
+                raise ValueError(f"name {name[:60]!r} must be 1-{MAX_HEADER_NAME_CHARS} printable ASCII "
+                                 "characters without a colon (RFC 5322 field-name)")
+            lower = name.lower()
+            if lower in _RESERVED_HEADERS or lower.startswith(_RESERVED_HEADER_PREFIX):
+                raise ValueError(f"{name} is set from the message's own fields or its MIME structure; "
+                                 "it cannot be a custom header")
+            if lower.startswith("x-ses-"):
+                raise ValueError(f"{name}: use tags and configuration_set instead of X-SES-* headers")
+            if lower in seen:
+                raise ValueError(f"{name} is given twice (header names are case-insensitive)")
+            seen.add(lower)
+            if not isinstance(value, str):
+                raise ValueError(f"{name}: the value must be a string")
+            if CONTROL_RE.search(value):
+                raise ValueError(f"{name}: the value must not contain CR, LF, NUL or other control "
+                                 "characters (header injection)")
+            if len(encode_header_value(value)) > MAX_HEADER_VALUE_CHARS:
+                raise ValueError(f"{name}: the value is longer than {MAX_HEADER_VALUE_CHARS} characters "
+                                 "once encoded (SES API v2, MessageHeader)")
+            problem = header_problem(name, value)
+            if problem:
+                raise ValueError(f"{name}: the value {problem}")
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_TAGS - 1:
+            raise ValueError(f"at most {MAX_TAGS - 1} tags (one more is the outbox message id)")
+        for name, value in v.items():
+            if not _TAG_RE.fullmatch(name):
+                raise ValueError(f"name {name[:60]!r} must be 1-256 ASCII letters, digits, '_' or '-' "
+                                 "(SES API v2, MessageTag)")
+            if name == OUTBOX_TAG:
+                raise ValueError(f"the tag name {OUTBOX_TAG} is reserved for the outbox message id")
+            if not isinstance(value, str) or not _TAG_RE.fullmatch(value):
+                raise ValueError(f"{name}: the value must be 1-256 ASCII letters, digits, '_' or '-' "
+                                 "(SES API v2, MessageTag)")
+        return v
+
+    @field_validator("configuration_set")
+    @classmethod
+    def _configuration_set(cls, v: str | None) -> str | None:
+        if v is not None and not _CONFIGURATION_SET_RE.fullmatch(v):
+            raise ValueError("must be 1-64 ASCII letters, digits, '_' or '-' (SES configuration set name)")
+        return v
+
+    @field_validator("attachments", mode="before")
+    @classmethod
+    def _attachment_forms(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [as_attachment(a) for a in v]
+        return v
+
+    @field_validator("attachments")
+    @classmethod
+    def _attachments(cls, v: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
+        if len(v) > MAX_ATTACHMENTS:
+            raise ValueError(f"at most {MAX_ATTACHMENTS} attachments")
+        return v
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        return self.to + self.cc + self.bcc
+
+    def to_json(self) -> str:
+        """The payload as stored: JSON text, keys by alias, empty fields left out."""
+        return self.model_dump_json(by_alias=True, exclude_none=True, exclude_defaults=True)
+
+
+def check_message(m: EmailPayload) -> None:
+    """Rules across fields: recipients and body (the MIME size is `mime.check_size`).
+    Raises `InvalidMessageError`."""
+    n = len(m.recipients)
+    if n == 0:
+        raise InvalidMessageError("to", "at least one recipient is required in to, cc or bcc")
+    if n > MAX_RECIPIENTS:
+        raise InvalidMessageError("to", f"{n} recipients across to, cc and bcc; SES accepts at most "
+                                        f"{MAX_RECIPIENTS} per message")
+    if m.html is None and m.text is None:
+        raise InvalidMessageError("html/text", "an html or a text body is required")
+
+
+def _field_of(err: Mapping[str, Any]) -> str:
+    loc = [p for p in err.get("loc", ()) if p not in ("function-after", "function-before")]
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "message"
+
+
+def _problem_of(err: Mapping[str, Any]) -> str:
+    msg = str(err.get("msg", "invalid"))
+    return msg.removeprefix("Value error, ")
+
+
+def validate_payload(data: Mapping[str, Any]) -> EmailPayload:
+    """Validate an email given as Python values (field names or aliases).
+    Raises `InvalidMessageError` naming the field, e.g. ``to[1]`` or ``headers``."""
+    try:
+        m = EmailPayload.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field, problem = _split_index(_field_of(err), _problem_of(err))
+        raise InvalidMessageError(field, problem) from None
+    except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
+        raise InvalidMessageError("message", f"cannot be parsed ({type(exc).__name__})") from None
+    check_message(m)
+    return m
+
+
+def load_payload(payload_json: str) -> EmailPayload:
+    """Parse and validate a stored payload (JSON text), as the relay does before
+    sending. Raises `InvalidMessageError` whose text names the field and the kind
+    of problem but never echoes the stored values. The size rule is left to the
+    publisher, which measures the raw message it builds anyway."""
+    try:
+        m = EmailPayload.model_validate_json(payload_json)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field, _ = _split_index(_field_of(err), _problem_of(err))
+        raise InvalidMessageError(field, f"invalid stored email payload ({err.get('type', 'invalid')})") from None
+    except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
+        raise InvalidMessageError("message", f"invalid stored email payload ({type(exc).__name__})") from None
+    check_message(m)
+    return m
+
+
+def _split_index(field: str, problem: str) -> tuple[str, str]:
+    # Address list validators prefix the problem with "[i] ": move the index into the field.
+    m = re.match(r"\[(\d+)\] (.*)", problem, re.S)
+    if m and field in ("to", "cc", "bcc", "reply_to"):
+        return f"{field}[{m.group(1)}]", m.group(2)
+    return field, problem

@@ -1,0 +1,212 @@
+"""One invocation in the mode of the policy (OUTBOX_MODE; docs/design.md,
+"Invocation modes"):
+
+- `batch`: one batch (`relay.run_batch`);
+- `drain`: batches back to back while each comes back full and time remains;
+- `latency`: batches until the deadline; when a claim finds nothing, wait and
+  claim again: an eighth of the poll interval first, doubling to the interval
+  (and, while idle, up to its maximum), back to the start once a claim finds rows.
+
+Drain and latency run batch after batch, pipelined where the publisher allows
+it (`Publisher.pipelined`; "The pipeline" in docs/design.md).
+
+Three things overlap: the next batch is claimed (its own thread, its own
+database connection) while this one is published (the calling thread), and
+the previous one's outcomes are written (a third thread, a second database
+connection). The rules that make this safe:
+
+- a batch is published only after its claim returned, so after its lease committed;
+- outcome writes run one at a time, in order, each fenced on the lease token;
+- while a batch is published, at most one earlier batch's writes are still
+  running, and each claim takes half the byte budget, so what is in memory and
+  what a crash could leave unrecorded stay bounded;
+- a batch claimed ahead and never published (the invocation ended, the downstream
+  went away) is released with its attempts refunded;
+- a claim may take the next messages of a key whose earlier ones are still ours in
+  flight; batches are published in order, and `key_turns.KeyTurns` releases those whose
+  earlier message was not delivered;
+- a suspect (an expired lease, re-claimed alone) is published with nothing else in
+  flight: every earlier write done, nothing claimed ahead;
+- a write that fails stops the invocation: the error propagates, and what was
+  not recorded comes back when its lease expires.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from .key_turns import KeyTurns
+from .models import ErrorClass, Mode, OrderingOnDead
+from .observability import logger as log
+from .publishers.base import Deadline, Publisher
+from .relay import NO_TIME, Batch, RelayPolicy, Summary, claim_batch, finish, run_batch
+from .store import RecordResult, Store
+
+Write = Callable[[], RecordResult]
+#: After a claim that found messages, the first idle wait is the poll interval divided by
+#: this, doubling from there: a producer that paused for a moment costs a few quick polls,
+#: not a whole interval of lag; a quiet table settles at one poll per interval.
+IDLE_RAMP = 8
+
+
+class RecordQueue:
+    """Outcome writes on a thread of their own, in submission order. A failed
+    write is raised in the caller's thread at its next call."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-record")
+        self._futures: deque[Future] = deque()
+
+    def __call__(self, write: Write) -> None:
+        self._reap()
+        self._futures.append(self._executor.submit(write))
+
+    def _reap(self) -> None:
+        while self._futures and self._futures[0].done():
+            self._futures.popleft().result()
+
+    def wait_until(self, pending: int) -> None:
+        """Return once at most `pending` writes are still queued or running."""
+        while len(self._futures) > pending:
+            self._futures.popleft().result()
+
+    def close(self) -> None:
+        try:
+            self.wait_until(0)
+        finally:
+            self._executor.shutdown(wait=True)
+
+
+def run_invocation(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str, *,
+                   on_progress: Callable[[Summary], None] | None = None,
+                   sleep: Callable[[float], Any] = time.sleep) -> Summary:
+    """Run one invocation in `policy.mode` and return its summary.
+
+    `on_progress(summary)` is called after every claim (the invocation flushes
+    its metrics from there); `sleep` waits the idle poll interval (tests pass a fake)."""
+    begin = getattr(publisher, "begin", None)
+    if begin is not None:
+        begin(deadline)
+    if policy.mode is Mode.BATCH:
+        summary = run_batch(store, publisher, policy, deadline, owner)
+        summary.mode = policy.mode.value
+        return summary
+    started = time.perf_counter()
+    summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
+    run_pipelined(store, publisher, policy, deadline, owner, summary, on_progress=on_progress, sleep=sleep)
+    return finish(summary, started)
+
+
+def run_pipelined(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str,
+                  summary: Summary, *, on_progress: Callable[[Summary], None] | None = None,
+                  sleep: Callable[[float], Any]) -> None:
+    """Batches in `policy.mode` (drain or latency) until there is nothing more to do
+    or the deadline; counts go to `summary`."""
+    pipeline = _Pipeline(store, publisher, policy, deadline, owner, summary, sleep)
+    try:
+        pipeline.run(on_progress)
+    except BaseException:
+        pipeline.close(quiet=True)
+        raise
+    pipeline.close(quiet=False)
+
+
+class _Pipeline:
+    def __init__(self, store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str,
+                 summary: Summary, sleep: Callable[[float], Any]) -> None:
+        self.store, self.publisher, self.policy = store, publisher, policy
+        self.deadline, self.owner, self.summary, self.sleep = deadline, owner, summary, sleep
+        self.records = RecordQueue()
+        ahead = bool(getattr(publisher, "pipelined", False))
+        # Two batches may be in memory at once (one published, one claimed ahead).
+        self.max_bytes = max(1, policy.batch_max_bytes // 2) if ahead else policy.batch_max_bytes
+        self.claims = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-claim") if ahead else None
+        self.next_batch: Future | None = None
+        self.idle = self.first_wait = policy.poll_interval_seconds / IDLE_RAMP
+        self.turns = KeyTurns(skip_dead=getattr(store, "ordering_on_dead", OrderingOnDead.SKIP)
+                              is OrderingOnDead.SKIP)
+
+    def claim(self) -> Batch | str:
+        return claim_batch(self.store, self.publisher, self.policy, self.deadline, self.owner, self.summary,
+                           self.records, max_bytes=self.max_bytes, turns=self.turns)
+
+    def wait_idle(self) -> bool:
+        """Sleep the idle wait (never past the deadline), then double it up to the
+        poll interval and, while idle, to its maximum; False when no time is left."""
+        left = self.deadline.seconds_left()
+        if left <= 0:
+            return False
+        self.sleep(min(self.idle, left))
+        self.idle = min(self.idle * 2, max(self.policy.poll_interval_seconds, self.policy.poll_max_interval_seconds))
+        return True
+
+    def run(self, on_progress: Callable[[Summary], None] | None) -> None:
+        policy, summary = self.policy, self.summary
+        while True:
+            batch = self.next_batch.result() if self.next_batch is not None else self.claim()
+            self.next_batch = None
+            if on_progress is not None:
+                on_progress(summary)
+            if isinstance(batch, str):  # the gate is closed, or no time is left
+                if batch == NO_TIME or policy.mode is Mode.DRAIN:
+                    if summary.claimed == 0:
+                        summary.skipped = batch
+                    return
+                if not self.wait_idle():
+                    return
+                continue
+            if not batch.claimed:
+                if batch.full:  # it moved a full batch of held-back messages out of the way
+                    continue
+                if policy.mode is Mode.DRAIN or not self.wait_idle():
+                    return
+                continue
+            self.idle = self.first_wait
+            more = policy.mode is Mode.LATENCY or batch.full or batch.suspect
+            # Only a full batch says more is waiting: a claim ahead of a partial one would
+            # find nothing and make the loop wait the idle interval.
+            if self.claims is not None and batch.full:
+                self.next_batch = self.claims.submit(self.claim)
+            # A suspect may crash this process: nothing else may be lost with it.
+            self.records.wait_until(0 if batch.suspect else 1)
+            batch.deliver(self.publisher, self.deadline, self.turns)
+            if batch.stopped is not None:
+                self.release_ahead("claimed ahead; the batch before it stopped")
+                if batch.stopped == "stop_batch" or policy.mode is Mode.DRAIN or not self.wait_idle():
+                    return
+                continue
+            if batch.not_attempted:
+                # What a key's failure gave back is due again now: claim it once it is recorded.
+                self.records.wait_until(0)
+            elif not more:
+                return
+
+    def release_ahead(self, error: str) -> None:
+        """Give back a batch claimed ahead and not delivered, attempts refunded."""
+        future, self.next_batch = self.next_batch, None
+        if future is not None:
+            batch = future.result()
+            if isinstance(batch, Batch):
+                batch.release_rest(ErrorClass.NOT_ATTEMPTED, error)
+
+    def close(self, *, quiet: bool) -> None:
+        """Release what was claimed ahead and wait for every write. With `quiet`
+        (an error is already on its way out) a further failure is logged, not raised."""
+        errors: list[Exception] = []
+        try:
+            for step in (lambda: self.release_ahead("claimed ahead; not delivered before the deadline"),
+                         self.records.close):
+                try:
+                    step()
+                except Exception as exc:
+                    errors.append(exc)
+        finally:
+            if self.claims is not None:
+                self.claims.shutdown(wait=True)
+        if errors and not quiet:
+            raise errors[0]
+        for exc in errors:
+            log.error("could not release or record after an error", extra={"error_type": type(exc).__name__})

@@ -1,0 +1,104 @@
+"""Dead letters: list them (`outbox dead list`), show one message (`outbox dead show`),
+give them up for good (`outbox dead discard`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+from sqlalchemy import Engine
+
+from .. import sql
+from ..db import run_with_retry
+from ..models import Channel, MessageRow
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead letter as `outbox dead list` shows it (no payload)."""
+
+    seq: int
+    message_id: uuid.UUID
+    channel: str
+    destination: str
+    type: str
+    attempts: int
+    max_attempts: int | None
+    last_error_class: str | None
+    last_error: str | None
+    dead_at: datetime | None
+    created_at: datetime
+    dead_for_seconds: float | None
+    """Seconds since `dead_at`, by the database clock."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def list_dead(engine: Engine, *, channel: Channel | None = None, error_class: str | None = None,
+              since_seconds: float | None = None, since: datetime | None = None,
+              limit: int = 50) -> list[DeadLetter]:
+    """Dead letters, newest first, at most `limit` (1..10,000).
+
+    Args:
+        channel: only this channel.
+        error_class: only this `last_error_class` (e.g. ``"permanent"``).
+        since_seconds: only those dead within this many seconds before the database's now().
+        since: only those dead at or after this timezone-aware time.
+
+    Raises `ValueError` for a limit out of range or a naive `since`.
+    """
+    if not 1 <= limit <= 10_000:
+        raise ValueError("limit must be between 1 and 10000")
+    if since is not None and since.tzinfo is None:
+        raise ValueError("since must be timezone-aware")
+    params = {
+        "channel": Channel(channel).value if channel else None,
+        "error_class": error_class,
+        "since_seconds": since_seconds,
+        "since": since,
+        "limit": limit,
+    }
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.list_dead, params).fetchall(),
+                          transaction=True)
+    return [DeadLetter(*r) for r in rows]
+
+
+def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | None:
+    """The whole row of one message (any status), or None when there is none.
+
+    Raises `ValueError` when `message_id` is not a UUID."""
+    mid = uuid.UUID(str(message_id))
+    row = run_with_retry(engine, lambda c: c.execute(sql.operations.get_message, {"message_id": str(mid)}).first(),
+                         transaction=True)
+    return MessageRow.from_mapping(row._mapping) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardResult:
+    """What a discard did: the ids now discarded, and the requested ids that were
+    not dead letters (unknown, or in another state: left alone)."""
+
+    discarded: tuple[str, ...]
+    not_dead: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"discarded": list(self.discarded), "not_dead": list(self.not_dead)}
+
+
+def discard(engine: Engine, message_ids: Sequence[uuid.UUID | str]) -> DiscardResult:
+    """Give up these dead letters for good: status `discarded`, kept until the dead
+    retention purges them. A discarded message holds back no key, so under
+    OUTBOX_ORDERING_ON_DEAD=block its key's later messages go on at once.
+    One statement, fenced on `status = 'dead'`.
+
+    Raises `ValueError` when an id is not a UUID or none is given."""
+    ids = [str(uuid.UUID(str(m))) for m in message_ids]
+    if not ids:
+        raise ValueError("say which dead letters to discard: one or more message ids")
+    found = run_with_retry(engine, lambda c: c.execute(sql.operations.discard_dead, {"message_ids": ids})
+                           .scalars().all(), transaction=True)
+    done = {str(m) for m in found}
+    return DiscardResult(tuple(i for i in ids if i in done), tuple(i for i in ids if i not in done))

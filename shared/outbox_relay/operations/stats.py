@@ -1,0 +1,67 @@
+"""Queue statistics (`outbox stats`) and backlog figures (the maintenance metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from sqlalchemy import Engine
+
+from .. import sql
+from ..db import run_with_retry
+from ..models import Channel
+
+#: `outbox stats` gives the delivery lag of the messages delivered in this window, seconds.
+LAG_WINDOW_SECONDS = 300.0
+
+
+def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECONDS) -> dict[str, Any]:
+    """Counts per channel and status, expired leases, dead in the last hour/day,
+    the keys held back (waiting for a retry of their first message, behind a
+    dead letter), the oldest due pending message's age in seconds, and the delivery lag (ms:
+    count, p50, p99, max) of what was delivered in the last `lag_window_seconds`;
+    all by the database clock.
+
+    Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…}}``.
+    """
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(sql.operations.stats)]
+        lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
+                                                    {"window_seconds": float(lag_window_seconds)})}
+        held = {r.channel: r for r in conn.execute(sql.operations.held_keys)}
+    for r in rows:
+        r["oldest_pending_age_seconds"] = round(float(r["oldest_pending_age_seconds"]), 3)
+        keys = held.get(r["channel"])
+        r["keys_waiting_for_retry"] = int(keys.keys_waiting_for_retry) if keys else 0
+        r["keys_behind_dead_letter"] = int(keys.keys_behind_dead_letter) if keys else 0
+        lag = lags.get(r["channel"])
+        r["delivery_lag_ms"] = {"window_seconds": lag_window_seconds, "delivered": lag.delivered if lag else 0,
+                                **{k: (round(float(getattr(lag, k)), 1) if lag is not None else None)
+                                   for k in ("p50", "p99", "max")}}
+    totals: dict[str, Any] = {}
+    for key in ("pending", "due_now", "leased", "expired_leases", "delivered", "dead", "discarded",
+                "dead_last_hour", "dead_last_day", "keys_waiting_for_retry", "keys_behind_dead_letter"):
+        totals[key] = sum(r[key] for r in rows)
+    totals["oldest_pending_age_seconds"] = max((r["oldest_pending_age_seconds"] for r in rows), default=0.0)
+    return {"channels": rows, "totals": totals}
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Backlog of one channel. `pending_depth` counts pending messages, due or
+    deferred (backoff, `deliver_at`); leased ones are in flight and not counted.
+    `oldest_pending_age_seconds` is the age of the oldest due one (0 when none)."""
+
+    channel: Channel
+    pending_depth: int
+    oldest_pending_age_seconds: float
+    dead_count: int
+
+
+def backlog(engine: Engine, channels: Iterable[Channel] = tuple(Channel)) -> list[Backlog]:
+    """Backlog figures for each of `channels` (every channel by default), in one
+    statement; channels with no rows get zeros."""
+    names = [Channel(c).value for c in channels]
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.backlog, {"channels": names}).fetchall(),
+                          transaction=True)
+    return [Backlog(Channel(ch), int(depth), round(float(age), 3), int(dead)) for ch, depth, age, dead in rows]

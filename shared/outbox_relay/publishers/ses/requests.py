@@ -1,0 +1,141 @@
+"""One claimed email as an SES v2 ``SendEmail`` request, and error texts with
+the message's addresses taken out (stored errors must not echo the payload).
+
+Without attachments an email goes as ``Simple`` content (UTF-8 subject and
+bodies, custom headers in ``Simple.Headers``); with attachments, or custom
+headers on a botocore that lacks ``Simple.Headers``, as ``Raw`` MIME. Every
+email carries the tag ``outbox-message-id``, so bounce and complaint events
+can be matched back to the outbox.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...email.addresses import address_of, encode_address, encode_header_value
+from ...email.mime import MAX_MESSAGE_BYTES, build_mime, field_errors
+from ...email.payload import OUTBOX_TAG, EmailPayload, load_payload
+from ...errors import InvalidMessageError
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
+
+#: Longest SES error text kept (after redaction), characters.
+MAX_ERROR_TEXT = 300
+_ANY_ADDRESS = re.compile(r"[^\s<>\"',;:()]+@[^\s<>\"',;:()]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A ready ``SendEmail`` request and what classifying its errors needs."""
+
+    seq: int
+    request: dict[str, Any]
+    cost: int  # recipients: MaxSendRate counts recipients, not messages
+    own_sender: str | None  # the From the message chose itself (None: the configured one)
+    own_configuration_set: str | None
+    mailboxes: tuple[tuple[str, str], ...]  # (role, canonical mailbox), to redact error texts
+
+
+def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configuration_set: str | None,
+            simple_headers: bool) -> Prepared | DeliveryResult | None:
+    """The request of one message; a PERMANENT result when its stored payload is
+    invalid or cannot be written as MIME (the error names the field); None when
+    it has no sender and none is configured. Anything else it raises is a bug
+    of ours (the caller retries the message)."""
+    try:
+        return _prepare(m, load_payload(m.payload_json), default_sender, default_configuration_set,
+                        simple_headers)
+    except InvalidMessageError as exc:
+        return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT, error=f"ses: {exc}")
+
+
+def _prepare(m: ClaimedMessage, payload: EmailPayload, default_sender: str | None,
+             default_configuration_set: str | None, simple_headers: bool) -> Prepared | DeliveryResult | None:
+    sender = payload.sender or default_sender
+    if sender is None:
+        return None
+    config_set = payload.configuration_set or default_configuration_set
+    with _content_field("from"):
+        from_address = encode_address(sender)
+    with _content_field("to"):
+        destination = {k: [encode_address(a) for a in v] for k, v in
+                       (("ToAddresses", payload.to), ("CcAddresses", payload.cc),
+                        ("BccAddresses", payload.bcc)) if v}
+    request: dict[str, Any] = {
+        "FromEmailAddress": from_address,
+        "Destination": destination,
+        "EmailTags": [{"Name": OUTBOX_TAG, "Value": m.message_id}]
+                     + [{"Name": k, "Value": v} for k, v in payload.tags.items()],
+    }
+    if payload.reply_to:
+        with _content_field("reply_to"):
+            request["ReplyToAddresses"] = [encode_address(a) for a in payload.reply_to]
+    if config_set:
+        request["ConfigurationSetName"] = config_set
+    if payload.attachments or (payload.headers and not simple_headers):
+        raw = build_mime(payload, sender=sender)
+        if len(raw) > MAX_MESSAGE_BYTES:
+            return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
+                                  error=f"ses: the message is {len(raw)} bytes as MIME; SES v2 accepts at "
+                                        f"most {MAX_MESSAGE_BYTES}")
+        request["Content"] = {"Raw": {"Data": raw}}
+    else:
+        with _content_field("headers"):
+            request["Content"] = {"Simple": _simple_content(payload)}
+    with _content_field("from"):
+        own_sender = address_of(payload.sender) if payload.sender else None
+        boxes = mailboxes(payload, sender)
+        redactions(boxes)  # parses every address again; fails here, not in a worker
+    return Prepared(seq=m.seq, request=request, cost=len(payload.recipients), own_sender=own_sender,
+                    own_configuration_set=payload.configuration_set, mailboxes=boxes)
+
+
+def _content_field(field: str) -> Any:
+    """`field_errors` for turning the message's own values into the request: an
+    exception becomes `InvalidMessageError(field, …)` (the message's fault:
+    PERMANENT), naming the exception type only."""
+    return field_errors(field, "cannot be encoded for SES")
+
+
+def _simple_content(payload: EmailPayload) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if payload.text is not None:
+        body["Text"] = {"Data": payload.text, "Charset": "UTF-8"}
+    if payload.html is not None:
+        body["Html"] = {"Data": payload.html, "Charset": "UTF-8"}
+    simple: dict[str, Any] = {"Subject": {"Data": payload.subject, "Charset": "UTF-8"}, "Body": body}
+    if payload.headers:
+        simple["Headers"] = [{"Name": k, "Value": encode_header_value(v)} for k, v in payload.headers.items()]
+    return simple
+
+
+def mailboxes(payload: EmailPayload, sender: str) -> tuple[tuple[str, str], ...]:
+    """Every mailbox of the email with its role (from, to, cc, bcc, reply_to)."""
+    return tuple((role, a) for role, items in (("from", (sender,)), ("to", payload.to), ("cc", payload.cc),
+                                               ("bcc", payload.bcc), ("reply_to", payload.reply_to))
+                 for a in items)
+
+
+def redactions(boxes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """(text form, label) pairs for every way an address may appear in an error, longest first."""
+    pairs = {(form, f"<{role}>") for role, a in boxes for form in (a, address_of(a), encode_address(a))}
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
+def redact(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    """Remove the message's addresses from an SES error text (stored errors must
+    not echo the payload); any other address-like token becomes ``<address>``."""
+    for form, label in pairs:
+        if form:
+            text = re.sub(re.escape(form), label, text, flags=re.IGNORECASE)
+    text = _ANY_ADDRESS.sub("<address>", text)
+    return text[:MAX_ERROR_TEXT]
+
+
+def exception_message(exc: BaseException) -> str:
+    """The error message SES sent (a ClientError's), else the exception's text."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str((response.get("Error") or {}).get("Message") or "")
+    return str(exc)

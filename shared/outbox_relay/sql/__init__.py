@@ -1,0 +1,103 @@
+"""Every SQL statement, named and kept in `.sql` files beside this module, one
+file per area: `relay.sql` (claim, outcomes), `producer.sql` (enqueue) and
+`operations.sql` (statistics, dead letters, redrive, purge).
+
+Each statement sits under a ``-- name: <name>`` header, followed by a line or
+two on what it does and which index serves it. ``{{other_name}}`` inside a
+statement is replaced by the text of the statement or fragment called so (in
+any of the files), so a shared condition is written once. The files are read
+once, at import; each area is a namespace of SQLAlchemy `text()` clauses:
+``relay.claim``, ``producer.insert_message``, ``operations.stats``.
+
+The rules every statement follows are in docs/design.md: the database clock
+only, one statement per unit of work, outcome writes fenced on the lease.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from types import SimpleNamespace
+
+from sqlalchemy import TextClause, text
+
+_HEADER = re.compile(r"^-- name: *([a-z][a-z0-9_]*) *$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
+AREAS = ("relay", "producer", "operations")
+
+
+def parse(source: str, filename: str = "<sql>") -> dict[str, str]:
+    """The statements of one file by name, without the comment lines that
+    describe them (comments inside a statement are kept).
+    Raises `ValueError` for SQL before the first header, an empty statement or a
+    name given twice."""
+    parts = _HEADER.split(source)
+    preamble, pairs = parts[0], parts[1:]
+    if any(line.strip() and not line.lstrip().startswith("--") for line in preamble.splitlines()):
+        raise ValueError(f"{filename}: SQL before the first '-- name:' header")
+    out: dict[str, str] = {}
+    for name, body in zip(pairs[::2], pairs[1::2]):
+        if name in out:
+            raise ValueError(f"{filename}: '{name}' is defined twice")
+        lines = body.strip().splitlines()
+        while lines and lines[0].lstrip().startswith("--"):
+            lines.pop(0)
+        if not lines:
+            raise ValueError(f"{filename}: '{name}' has no SQL")
+        out[name] = "\n".join(lines).strip()
+    return out
+
+
+def expand(statements: dict[str, str]) -> dict[str, str]:
+    """Replace every ``{{name}}`` by that statement's text (recursively).
+    Raises `ValueError` for an unknown name or an include cycle."""
+    done: dict[str, str] = {}
+
+    def resolve(name: str, stack: tuple[str, ...]) -> str:
+        if name in done:
+            return done[name]
+        if name in stack:
+            raise ValueError(f"SQL include cycle: {' -> '.join(stack + (name,))}")
+        if name not in statements:
+            raise ValueError(f"SQL include of an unknown statement: {name}")
+        body = _INCLUDE.sub(lambda m: resolve(m.group(1), stack + (name,)), statements[name])
+        done[name] = body
+        return body
+
+    for name in statements:
+        resolve(name, ())
+    return done
+
+
+def _load() -> dict[str, dict[str, str]]:
+    files = {area: parse(resources.files(__name__).joinpath(f"{area}.sql").read_text(encoding="utf-8"),
+                         f"{area}.sql") for area in AREAS}
+    everything: dict[str, str] = {}
+    for area, statements in files.items():
+        for name, body in statements.items():
+            if name in everything:
+                raise ValueError(f"{area}.sql: '{name}' is also defined in another file")
+            everything[name] = body
+    expanded = expand(everything)
+    return {area: {name: expanded[name] for name in statements} for area, statements in files.items()}
+
+
+def _namespace(statements: dict[str, str]) -> SimpleNamespace:
+    return SimpleNamespace(**{name: text(body) for name, body in statements.items()})
+
+
+_TEXTS = _load()
+relay = _namespace(_TEXTS["relay"])
+producer = _namespace(_TEXTS["producer"])
+operations = _namespace(_TEXTS["operations"])
+
+
+def statement_text(name: str) -> str:
+    """The expanded text of a statement, by name (tests and EXPLAIN)."""
+    for statements in _TEXTS.values():
+        if name in statements:
+            return statements[name]
+    raise KeyError(name)
+
+
+__all__ = ["TextClause", "operations", "producer", "relay", "statement_text"]

@@ -1,0 +1,92 @@
+-- The producer API's statements: enqueue in the caller's transaction.
+-- The message id is the idempotency key (docs/design.md, "Enqueue").
+
+-- name: same_message_as_m
+-- The one definition of "the same message" for every idempotency check: the
+-- stored message `o` with body `b` equals `m` (payloads compared as JSON values).
+o.channel = m.channel AND o.destination = m.destination AND o.type = m.type
+AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb
+
+-- name: insert_message
+-- Enqueue one message: body and state in one statement (the body's unique index
+-- on message_id decides). Returns whether a row was written and, when the id was
+-- taken, whether the holder is the same message (NULL: not visible to this snapshot).
+-- A deliver_at in the past means now, so a backlog's age counts from the enqueue.
+WITH m AS (
+    SELECT CAST(:message_id AS uuid) AS message_id, CAST(:channel AS text) AS channel,
+           CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
+           CAST(:key AS text) AS key, CAST(:payload AS text) AS payload
+), body AS (
+    INSERT INTO outbox_message_body (message_id, payload, headers)
+    VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json))
+    ON CONFLICT (message_id) DO NOTHING
+    RETURNING seq, message_id, payload
+), ins AS (
+    INSERT INTO outbox_message
+        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at)
+    SELECT seq, message_id, CAST(:channel AS text), CAST(:destination AS text), CAST(:type AS text),
+           CAST(:key AS text), octet_length(payload::text), CAST(:max_attempts AS integer),
+           greatest(CAST(:deliver_at AS timestamptz), now()),
+           CASE WHEN CAST(:deliver_at AS timestamptz) > now() THEN CAST(:deliver_at AS timestamptz) END
+      FROM body
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM ins) AS inserted,
+       (SELECT {{same_message_as_m}}
+          FROM m JOIN outbox_message_body b ON b.message_id = m.message_id
+          JOIN outbox_message o ON o.seq = b.seq) AS same
+
+-- name: same_message
+-- The second look after a concurrent writer: is the message now stored under
+-- :message_id the given one? (No row: the id holds no message.) By the message_id key.
+SELECT {{same_message_as_m}}
+  FROM (SELECT CAST(:message_id AS uuid) AS message_id, CAST(:channel AS text) AS channel,
+               CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
+               CAST(:key AS text) AS key, CAST(:payload AS text) AS payload) m
+  JOIN outbox_message_body b ON b.message_id = m.message_id
+  JOIN outbox_message o ON o.seq = b.seq
+
+-- name: insert_messages_bulk
+-- Enqueue one chunk, given as one JSON array of objects; `i` keeps the caller's
+-- order. Returns `(i, same)` for each message not written that is not a repeat
+-- of its id's holder (same false: another message; NULL: holder not visible).
+-- Conflicts on the message_id key; no other index is read.
+WITH m AS (
+    SELECT DISTINCT ON (message_id) *
+      FROM json_to_recordset(CAST(:messages AS json))
+           AS m(i int, message_id uuid, channel text, destination text, type text, key text,
+                payload text, headers text, max_attempts int, deliver_at timestamptz)
+     ORDER BY message_id, i
+), body AS (
+    INSERT INTO outbox_message_body (message_id, payload, headers)
+    SELECT message_id, payload::json, headers::json FROM m ORDER BY i
+    ON CONFLICT (message_id) DO NOTHING
+    RETURNING seq, message_id
+), ins AS (
+    INSERT INTO outbox_message
+        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at)
+    SELECT b.seq, b.message_id, m.channel, m.destination, m.type, m.key, octet_length(m.payload),
+           m.max_attempts, greatest(m.deliver_at, now()), CASE WHEN m.deliver_at > now() THEN m.deliver_at END
+      FROM body b JOIN m ON m.message_id = b.message_id
+     ORDER BY b.seq
+)
+SELECT i, same FROM (
+    SELECT m.i, CASE WHEN o.seq IS NOT NULL THEN {{same_message_as_m}} END AS same
+      FROM m
+      LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
+      LEFT JOIN outbox_message o ON o.seq = b.seq
+     WHERE m.message_id NOT IN (SELECT message_id FROM body)
+) skipped
+ WHERE same IS NOT TRUE
+ ORDER BY i
+
+-- name: same_messages
+-- The second look for a bulk chunk (same JSON): the positions `i` whose id is
+-- held by a different message. By the message_id key.
+SELECT m.i
+  FROM json_to_recordset(CAST(:messages AS json))
+       AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
+  JOIN outbox_message_body b ON b.message_id = m.message_id
+  JOIN outbox_message o ON o.seq = b.seq
+ WHERE NOT ({{same_message_as_m}})
+ ORDER BY m.i

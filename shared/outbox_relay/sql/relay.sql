@@ -1,0 +1,217 @@
+-- The relay's statements: claim a batch under a lease, record its outcomes.
+-- Why each is shaped as it is: docs/design.md, "The claim" and "Recording outcomes".
+
+-- name: holds_back_its_key
+-- Whether row `k` of a key holds back the later messages of that key: pending
+-- or leased, unless it was never tried and waits for its deliver_at
+-- (docs/design.md, "Per-key ordering"). Served by outbox_message_key_active_idx.
+k.status IN ('pending', 'leased')
+AND NOT (k.status = 'pending' AND k.attempts = 0 AND k.available_at = k.scheduled_at AND k.available_at > now())
+
+-- name: turn_of
+-- What the claim may do with due row `m` of a key, from the first earlier row
+-- that holds the key back: NULL claim it (no such row: `m` is its key's first);
+-- '-infinity' claim it if every earlier row is claimed with it or ours in flight
+-- (the first is pending and comes first in the due order, or is ours); 'infinity' leave
+-- it (leased by another relay); a time: move it there (the first row is pending
+-- with a later available_at: waiting for a retry, or released after `m` was due;
+-- or a dead letter holds the key under the block policy), so that `m` is scanned
+-- after the first row, never in a window without it. Every probe of a key's rows
+-- (here and in the claim) takes the key as a range ordered by (key, seq): only
+-- outbox_message_key_active_idx / _key_dead_idx give that order, whatever the
+-- statistics say (docs/design.md, "Per-key ordering").
+CASE WHEN CAST(:block_on_dead AS boolean) AND (
+          SELECT k.seq FROM outbox_message k
+           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+             AND k.status = 'dead' AND k.seq < m.seq
+           ORDER BY k.key, k.seq
+           LIMIT 1) IS NOT NULL
+     THEN now() + make_interval(secs => :dead_hold_seconds)
+     ELSE (
+          SELECT CASE WHEN k.status = 'pending' AND k.available_at <= m.available_at THEN '-infinity'
+                      WHEN k.status = 'pending' THEN k.available_at
+                      WHEN k.lease_owner = :owner AND k.lease_expires_at > now() THEN '-infinity'
+                      ELSE 'infinity' END
+            FROM outbox_message k
+           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+             AND k.seq < m.seq AND {{holds_back_its_key}}
+           ORDER BY k.key, k.seq
+           LIMIT 1)
+END
+
+-- name: claim
+-- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
+-- :max_bytes of payload, in one statement (docs/design.md, "The claim"):
+-- 1. expired leases (outbox_message_lease_expiry_idx): those with no attempts left
+--    go to dead; one other, first of its key, is re-claimed alone (a suspect:
+--    its holder died, maybe because of it) and nothing else is claimed;
+-- 2. else due pending rows oldest first (outbox_message_pending_due_idx), a row
+--    with a key only in its key's turn ("turn_of"): rows of a key whose first
+--    message waits are moved out of the way, and of a key's rows only those
+--    with every earlier one claimed with them or ours in flight are claimed.
+-- Both branches FOR UPDATE SKIP LOCKED; what is locked and not claimed is
+-- unlocked at the end. The last two columns: rows of the due scan claimed or
+-- moved, and whether the claim is a suspect; one row of NULLs when nothing was claimed.
+WITH expired AS (
+    SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted
+      FROM outbox_message
+     WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
+     ORDER BY lease_expires_at
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+), suspect AS (
+    SELECT e.seq FROM expired e
+     WHERE NOT e.exhausted
+       AND (e.key IS NULL OR (
+            (SELECT k.seq FROM outbox_message k
+              WHERE k.channel = :channel AND k.destination = e.destination AND k.key >= e.key AND k.key <= e.key
+                AND k.seq < e.seq AND {{holds_back_its_key}}
+              ORDER BY k.key, k.seq
+              LIMIT 1) IS NULL
+            AND NOT (CAST(:block_on_dead AS boolean) AND (
+                SELECT k.seq FROM outbox_message k
+                 WHERE k.channel = :channel AND k.destination = e.destination AND k.key >= e.key AND k.key <= e.key
+                   AND k.status = 'dead' AND k.seq < e.seq
+                 ORDER BY k.key, k.seq
+                 LIMIT 1) IS NOT NULL)))
+     LIMIT 1
+), due AS (
+    SELECT m.seq, m.destination, m.key, m.payload_bytes AS size, t.turn
+      FROM outbox_message m
+      -- OFFSET 0 keeps the subquery apart, so that a row without a key skips it.
+      LEFT JOIN LATERAL (SELECT {{turn_of}} AS turn WHERE m.key IS NOT NULL OFFSET 0) t ON true
+     WHERE m.status = 'pending' AND m.channel = :channel AND m.available_at <= now()
+       AND (t.turn IS NULL OR t.turn < 'infinity')
+     ORDER BY m.available_at, m.seq
+     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM suspect) THEN 0 ELSE :limit END)
+       FOR UPDATE OF m SKIP LOCKED
+), moved AS (
+    UPDATE outbox_message o SET available_at = d.turn
+      FROM due d
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM due WHERE turn > '-infinity')) AND o.seq = d.seq
+    RETURNING o.seq
+), candidates AS (
+    SELECT seq, destination, key, size, turn FROM due WHERE turn IS NULL OR turn = '-infinity'
+), keyed AS (
+    -- The candidates of keys with one that is not its key's first row; a key
+    -- whose only candidate is its first row needs no check.
+    SELECT seq, destination, key, row_number() OVER (PARTITION BY destination, key ORDER BY seq) AS r
+      FROM candidates
+     WHERE key IS NOT NULL
+       AND (destination, key) IN (SELECT destination, key FROM candidates WHERE turn = '-infinity')
+), firsts AS MATERIALIZED (
+    -- Per key, as many of its first rows holding it back as it has candidates,
+    -- ours in flight left out: the r-th candidate is claimed only if it is the
+    -- r-th of these, so that every earlier row of its key is claimed with it.
+    -- MATERIALIZED: once per key, not once per candidate.
+    SELECT f.destination, f.key, ARRAY(
+               SELECT k.seq FROM outbox_message k
+                WHERE k.channel = :channel AND k.destination = f.destination AND k.key >= f.key AND k.key <= f.key
+                  AND {{holds_back_its_key}}
+                  AND NOT (k.status = 'leased' AND k.lease_owner = :owner AND k.lease_expires_at > now())
+                ORDER BY k.key, k.seq
+                LIMIT f.n) AS seqs
+      FROM (SELECT destination, key, count(*) AS n FROM keyed GROUP BY destination, key) f
+), out_of_turn AS (
+    SELECT c.seq FROM keyed c JOIN firsts f ON f.destination = c.destination AND f.key = c.key
+     WHERE f.seqs[c.r] IS DISTINCT FROM c.seq
+), picked AS (
+    -- Candidates by seq while the bytes before them stay under the budget (the
+    -- first always fits; by seq, so a key's rows are cut after, never before, its others).
+    SELECT seq FROM (
+        SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
+         WHERE seq NOT IN (SELECT seq FROM out_of_turn)
+    ) w
+     WHERE running - size < :max_bytes
+    UNION ALL
+    SELECT seq FROM suspect
+    UNION ALL
+    SELECT seq FROM expired WHERE exhausted
+), claimed AS (
+UPDATE outbox_message o SET
+    status           = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'dead' ELSE 'leased' END,
+    attempts         = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN o.attempts ELSE o.attempts + 1 END,
+    lease_owner      = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN NULL ELSE :owner END,
+    lease_expires_at = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN NULL
+                            ELSE now() + make_interval(secs => :lease_seconds) END,
+    dead_at          = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN now() ELSE o.dead_at END,
+    last_error_class = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'lease_expired' ELSE o.last_error_class END,
+    last_error       = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts))
+                            THEN 'lease expired with no attempts left (' || o.attempts || ' made); '
+                                 || 'the holder died or overran its lease'
+                            ELSE o.last_error END
+ WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked))
+RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
+          coalesce(o.max_attempts, :default_max_attempts) AS max_attempts,
+          to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
+)
+-- First column: the generated values joined by spaces (none can hold one),
+-- split by models.ClaimedMessage.from_row; the body by primary key.
+SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id, c.created_at),
+       c.destination, c.type, c.key, b.payload::text, b.headers::text,
+       s.scanned, s.suspect
+  FROM (SELECT (SELECT count(*) FROM due) - (SELECT count(*) FROM out_of_turn) AS scanned,
+               EXISTS (SELECT 1 FROM suspect) AS suspect) s
+  LEFT JOIN claimed c ON true
+  LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b ON true
+
+-- name: oldest_pending_age_of
+-- Age in seconds of the oldest due pending message of channel `c.channel` (0 when
+-- none), by the database clock: the front of outbox_message_pending_due_idx.
+SELECT coalesce(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
+  FROM outbox_message
+ WHERE status = 'pending' AND channel = c.channel AND available_at <= now()
+
+-- name: oldest_pending_age
+-- The OldestPendingAge metric of :channel, when no outcome write read it.
+SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c
+
+-- name: record_outcomes
+-- Record one group of outcomes in one statement, fenced on the lease: parallel
+-- arrays (one element per message) joined to their rows by primary key; rows
+-- no longer ours are reported as lost. Also reads :channel's oldest pending age,
+-- and returns each delivered message's delivery lag in milliseconds (from
+-- created_at, or the later scheduled_at) as one comma-separated text.
+WITH v AS (
+    SELECT * FROM unnest(
+        CAST(:seqs AS bigint[]), CAST(:kinds AS text[]), CAST(:error_classes AS text[]),
+        CAST(:errors AS text[]), CAST(:refs AS text[]), CAST(:delays AS float8[])
+    ) AS v(seq, kind, error_class, error, ref, delay)
+), done AS (
+    UPDATE outbox_message o SET
+        status           = CASE WHEN v.kind = 'delivered' THEN 'delivered'
+                                WHEN v.kind = 'dead' THEN 'dead'
+                                WHEN v.kind = 'retry'
+                                     AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts) THEN 'dead'
+                                ELSE 'pending' END,
+        attempts         = CASE WHEN v.kind = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+        available_at     = CASE WHEN v.kind = 'release'
+                                  OR (v.kind = 'retry'
+                                      AND o.attempts < coalesce(o.max_attempts, :default_max_attempts))
+                                THEN now() + make_interval(secs => coalesce(v.delay, 0))
+                                ELSE o.available_at END,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        delivered_at     = CASE WHEN v.kind = 'delivered' THEN now() ELSE o.delivered_at END,
+        delivery_ref     = coalesce(v.ref, o.delivery_ref),
+        dead_at          = CASE WHEN v.kind = 'dead'
+                                  OR (v.kind = 'retry'
+                                      AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts))
+                                THEN now() ELSE o.dead_at END,
+        last_error       = coalesce(v.error, o.last_error),
+        last_error_class = coalesce(v.error_class, o.last_error_class)
+      FROM v
+     WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
+       AND o.status = 'leased' AND o.lease_owner = :owner
+    RETURNING o.seq, o.status, v.kind,
+              CASE WHEN v.kind = 'delivered'
+                   THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
+)
+SELECT count(*) FILTER (WHERE status = 'delivered'),
+       count(*) FILTER (WHERE status = 'pending' AND kind <> 'release'),
+       count(*) FILTER (WHERE status = 'dead'),
+       count(*) FILTER (WHERE status = 'pending' AND kind = 'release'),
+       (SELECT array_agg(v.seq ORDER BY v.seq) FROM v WHERE v.seq NOT IN (SELECT seq FROM done)),
+       (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c),
+       string_agg(round(lag * 1000)::bigint::text, ',') FILTER (WHERE lag IS NOT NULL)
+  FROM done

@@ -1,0 +1,82 @@
+"""The rules for the two server URLs, DATABASE_URL and REDIS_URL: one place,
+used by the settings, the relay's start-up and the `outbox` command alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The query parameters a DATABASE_URL may carry (passed to pg8000 as they are).
+DATABASE_URL_QUERY = frozenset({"application_name", "unix_sock"})
+
+
+def parse_database_url(value: str) -> Any:
+    """`value` as a SQLAlchemy URL with the pg8000 driver: `postgresql+pg8000://`, or
+    `postgresql://` and `postgres://`, which mean the same. The one rule for
+    DATABASE_URL, in the relay and the `outbox` command alike. Raises ValueError."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(value)
+    except ArgumentError:
+        raise ValueError("not a SQLAlchemy URL; use postgresql+pg8000://user:pass@host:5432/db") from None
+    except ValueError:  # make_url casts the port with int()
+        raise ValueError("the port must be a number from 1 to 65535") from None
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError("the port must be a number from 1 to 65535")
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+pg8000")
+    if url.drivername != "postgresql+pg8000":
+        raise ValueError(f"driver must be postgresql+pg8000 (PostgreSQL through pg8000; postgresql:// and "
+                         f"postgres:// mean the same), not {url.drivername}")
+    # The query goes to pg8000's connect() as keyword arguments, where any other
+    # name fails at the first connection with a TypeError.
+    for name in url.query:
+        if name == "sslmode":
+            raise ValueError("sslmode in the URL is not read (pg8000 has no libpq options): "
+                             "set DATABASE_TLS=require or verify-full instead")
+        if name not in DATABASE_URL_QUERY:
+            raise ValueError(f"the query parameter {name!r} is not a connection option "
+                             f"(the URL may carry only {', '.join(sorted(DATABASE_URL_QUERY))})")
+    return url
+
+
+
+def check_redis_url(value: str, *, cluster: bool = False, iam: bool = False) -> None:
+    """Refuse a Redis URL that redis-py would read otherwise than it says: redis-py
+    ignores a database path that is not a number (and uses database 0), and fails
+    only at connect on a bad port. A cluster has database 0 only and no Unix
+    socket. Raises ValueError."""
+    from urllib.parse import parse_qs, unquote, urlparse
+
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
+
+    try:
+        parsed = urlparse(value)
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError:
+        raise ValueError("the port must be a number from 1 to 65535") from None
+    try:
+        kwargs = parse_url(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    # redis-py parses the query parameters it knows and passes any other to the
+    # connection, where it fails at the first command with a TypeError.
+    for name in parse_qs(parsed.query, keep_blank_values=True):
+        if name not in URL_QUERY_ARGUMENT_PARSERS:
+            raise ValueError(f"the query parameter {name!r} is not a redis-py connection option "
+                             f"(known: {', '.join(sorted(URL_QUERY_ARGUMENT_PARSERS))})")
+    if parsed.scheme == "unix" and not kwargs.get("path"):
+        raise ValueError("a unix:// URL needs the socket's path, unix:///path/to/redis.sock")
+    path = unquote(parsed.path).strip("/") if parsed.scheme != "unix" else ""
+    if path and not path.isdigit():
+        raise ValueError(f"the database in the URL's path must be a number, e.g. redis://host:6379/0, not {path!r}")
+    if int(kwargs.get("db", 0)) < 0:
+        raise ValueError("the database number must not be negative")
+    if cluster and parsed.scheme == "unix":
+        raise ValueError("OUTBOX_REDIS_CLUSTER=true needs a redis:// or rediss:// URL of a node, not a unix:// socket")
+    if iam and (parsed.scheme != "rediss" or not parsed.username):
+        raise ValueError("OUTBOX_REDIS_IAM_AUTH=true needs a rediss:// URL with the IAM-enabled user's id, "
+                         "rediss://user-id@host:6379 (ElastiCache accepts IAM tokens only over TLS)")
+    if cluster and int(kwargs.get("db", 0)) != 0:
+        raise ValueError("a Redis Cluster has database 0 only (OUTBOX_REDIS_CLUSTER=true): use /0 or no path")

@@ -1,0 +1,388 @@
+"""Every function of template.yaml in a Lambda container, through the SAM
+CLI's own emulator, on the machine's PostgreSQL and Redis and on moto for SES:
+`sam local invoke` with each matching file in events/, `sam local
+start-lambda` invoked twice through boto3's Lambda client, and the layer
+under /opt as what the functions import. The assertions are those of the
+in-process tests (tests/e2e): rows, stream entries, what moto recorded, the
+response CloudFormation would get. How the containers reach the services and
+why the build is for this machine's architecture: decision 0024.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from outbox_migrations import current_revision, head_revision, upgrade
+from outbox_tools.redis_nodes import free_port
+from outbox_tools.servers import drop_database, with_database
+from support.events import (
+    EVENTS,
+    assert_emf_matches_the_template,
+    counts,
+    emf_documents,
+    functions_for,
+    load,
+    relay_channel,
+    seed,
+    seed_rows,
+    statuses,
+)
+from support.sam_local import (
+    SAM,
+    WORK,
+    host_template,
+    invoke,
+    json_logs,
+    local_parameter_overrides,
+    sam_env,
+    sam_environment,
+)
+from support.template import ROOT, TemplateModel
+
+pytestmark = pytest.mark.sam_local
+
+SAMPLES = sorted((function, path.name) for path in EVENTS.glob("*.json") for function in functions_for(load(path)))
+NAMESPACE = "OutboxRelay/prod"  # the template's, for EnvironmentName's default
+MIGRATION_TABLES = {"outbox_message", "outbox_message_body", "outbox_alembic_version"}
+
+
+def assert_ran(done) -> None:
+    """The invocation returned a result, not an error."""
+    failed = done.returncode != 0 or not isinstance(done.result, dict) or "errorType" in done.result
+    assert not failed, f"{done.result}\n{done.logs[-3000:]}"
+
+
+def samples_of(function: str) -> list[str]:
+    return [name for f, name in SAMPLES if f == function]
+
+
+@pytest.fixture
+def run(invoke_image, build_dir, python312, host_services, tmp_path):
+    """`sam local invoke FUNCTION` with a sample event on the database `database_url`."""
+    def run_it(function: str, event: dict[str, Any], database_url: str):
+        env = sam_env(host_services.addresses, database_url)
+        return invoke(function, event, env, image=invoke_image, build_dir=build_dir, python312=python312,
+                      tmp=tmp_path)
+    return run_it
+
+
+# --------------------------------------------------------------------------
+# What is built and invoked
+# --------------------------------------------------------------------------
+
+def test_every_function_of_the_template_is_invoked_with_its_samples() -> None:
+    functions = set(TemplateModel(every_condition=True).of_type("AWS::Serverless::Function"))
+    assert {f for f, _ in SAMPLES} == functions
+
+
+def test_the_local_build_differs_from_the_template_only_in_architecture() -> None:
+    from cfnlint.decode import cfn_yaml
+
+    def leaves(node: Any, path: tuple = ()) -> dict[tuple, Any]:
+        if isinstance(node, dict):
+            return {k: v for key, value in node.items() for k, v in leaves(value, (*path, key)).items()}
+        if isinstance(node, list):
+            return {k: v for i, value in enumerate(node) for k, v in leaves(value, (*path, i)).items()}
+        return {path: node}
+
+    deployed, local = leaves(cfn_yaml.load(str(ROOT / "template.yaml"))), leaves(host_template())
+    changed = {path for path in deployed.keys() | local.keys() if deployed.get(path) != local.get(path)}
+    assert all(p[-1] == "BuildArchitecture" or "Architectures" in p[-2:] or "CompatibleArchitectures" in p
+               for p in changed), changed
+    assert {deployed[p] for p in changed} <= {"arm64"}
+
+
+# --------------------------------------------------------------------------
+# sam local invoke: every function with every matching sample
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sample", samples_of("RelayRedisFunction"))
+def test_redis_relay_in_a_container(sample, run, database_url, app_engine, redis_client, redis_prefix) -> None:
+    # Given messages waiting for the Redis relay
+    stream = seed("redis", app_engine, redis_prefix)
+    # When sam local invoke runs the function on the sample event
+    done = run("RelayRedisFunction", load(EVENTS / sample), database_url)
+    # Then it returned its summary, the rows are delivered and the entries are in the stream
+    assert_ran(done)
+    summary = done.result
+    assert (summary["channel"], summary["claimed"], summary["delivered"], summary["dead"]) == ("redis", 3, 3, 0)
+    assert statuses(app_engine) == [("redis", "delivered", True)] * 3
+    entries = redis_client.xrange(stream)
+    assert [json.loads(fields["payload"]) for _, fields in entries] == [{"n": i} for i in range(3)]
+    assert_emf_matches_the_template(emf_documents(done.logs), "redis", namespace=NAMESPACE)
+
+
+@pytest.mark.parametrize("sample", samples_of("RelaySesFunction"))
+def test_ses_relay_in_a_container(sample, run, database_url, app_engine, redis_prefix, ses) -> None:
+    seed("ses", app_engine, redis_prefix)
+    done = run("RelaySesFunction", load(EVENTS / sample), database_url)
+    assert_ran(done)
+    assert (done.result["channel"], done.result["claimed"], done.result["delivered"]) == ("ses", 3, 3)
+    assert statuses(app_engine) == [("ses", "delivered", True)] * 3
+    sent = ses.sent_messages()
+    assert sorted(d for m in sent for d in m.destinations["ToAddresses"]) == [
+        f"customer{i}@example.net" for i in range(3)]
+    assert {m.source for m in sent} == {"Outbox <outbox@example.com>"}
+    assert_emf_matches_the_template(emf_documents(done.logs), "ses", namespace=NAMESPACE)
+
+
+@pytest.mark.parametrize("sample", samples_of("MaintenanceFunction"))
+def test_maintenance_in_a_container(sample, run, database_url, app_engine) -> None:
+    event = load(EVENTS / sample)
+    if event.get("action") == "redrive":
+        # Given dead letters of several classes; the sample redrives the Redis relay's transient ones
+        seed_rows(app_engine, 2, "dead", ago=600, error_class="transient")
+        seed_rows(app_engine, 1, "dead", ago=600, error_class="permanent")
+        done = run("MaintenanceFunction", event, database_url)
+        assert_ran(done)
+        assert done.result["redrive"]["moved"] == 2
+        assert counts(app_engine) == {("redis", "pending"): 2, ("redis", "dead"): 1}
+    else:
+        # Given rows past their retention windows and recent ones
+        seed_rows(app_engine, 3, "delivered", ago=10 * 86400)
+        seed_rows(app_engine, 1, "delivered", ago=3600)
+        seed_rows(app_engine, 2, "dead", ago=40 * 86400, error_class="permanent")
+        seed_rows(app_engine, 1, "pending", available_ago=300)
+        done = run("MaintenanceFunction", event, database_url)
+        assert_ran(done)
+        assert (done.result["purged"]["delivered"], done.result["purged"]["dead"]) == (3, 2)
+        assert counts(app_engine) == {("redis", "delivered"): 1, ("redis", "pending"): 1}
+    emf = emf_documents(done.logs)
+    assert {doc["channel"] for doc in emf} == {"redis", "ses"}
+    assert {doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] for doc in emf} == {NAMESPACE}
+
+
+def _tables_and_revision(url: str) -> tuple[set[str], str | None]:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        return set(inspect(engine).get_table_names()) & MIGRATION_TABLES, current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("sample", samples_of("MigrationFunction"))
+def test_migration_in_a_container_answers_cloudformation(sample, run, empty_database_url, cfn) -> None:
+    # Given the database each request meets: empty for Create, at an old revision
+    # for Update, migrated for Delete
+    event = {**load(EVENTS / sample), "ResponseURL": cfn.url(f"/cfn/{sample}")}
+    engine = create_engine(empty_database_url, poolclass=NullPool)
+    if event["RequestType"] == "Update":
+        upgrade(engine, "0001")
+    elif event["RequestType"] == "Delete":
+        upgrade(engine)
+    engine.dispose()
+    before = _tables_and_revision(empty_database_url)[1]
+
+    # When sam local invoke runs the migration function on the request
+    done = run("MigrationFunction", event, empty_database_url)
+
+    # Then the schema is at head (Delete keeps it) and CloudFormation got SUCCESS
+    assert_ran(done)
+    assert _tables_and_revision(empty_database_url) == (MIGRATION_TABLES, head_revision())
+    (response,) = cfn.wait_for(1)
+    assert response.path == f"/cfn/{sample}" and response.body == done.result
+    body = response.body
+    assert (body["Status"], body["PhysicalResourceId"], body["RequestId"]) == (
+        "SUCCESS", "outbox-schema", event["RequestId"])
+    if event["RequestType"] != "Delete":
+        assert body["Data"] == {"Revision": head_revision(), "PreviousRevision": before or "none"}
+
+
+# --------------------------------------------------------------------------
+# What the functions import: the layers under /opt, not the checkout
+# --------------------------------------------------------------------------
+
+def _frames(error: dict[str, Any]) -> list[str]:
+    return [line.split('"')[1] for line in error["stackTrace"] if line.strip().startswith("File")]
+
+
+def test_the_relay_runs_the_layer_under_opt(run, database_url) -> None:
+    # A refused event raises from the layer: its stack trace shows where every module came from
+    done = run("RelayRedisFunction", {"source": "outbox.scheduler", "channel": "ses"}, database_url)
+    error = done.result
+    assert error["errorType"] == "ConfigurationError", done.logs[-3000:]
+    frames = _frames(error)
+    assert "/var/task/app.py" in frames
+    assert "/opt/python/outbox_relay/invocation.py" in frames
+    assert all(f.startswith(("/opt/python/", "/var/task/")) for f in frames), frames
+    assert not any(str(ROOT) in f for f in frames)
+
+
+def test_a_failed_migration_in_a_container_answers_failed_from_both_layers(run, empty_database_url, cfn) -> None:
+    # Given settings the relay's layer refuses (a driver the layer does not ship)
+    refused = make_url(empty_database_url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    event = {**load(EVENTS / "migrate-create.json"), "ResponseURL": cfn.url("/cfn/failed")}
+    done = run("MigrationFunction", event, refused)
+    # Then CloudFormation is told why in one line, and the function failed
+    (response,) = cfn.wait_for(1)
+    assert response.body["Status"] == "FAILED"
+    assert response.body["Reason"].startswith(
+        "schema migration failed: ConfigurationError: DATABASE_URL: driver must be postgresql+pg8000")
+    assert "\n" not in response.body["Reason"] and done.result["errorType"] == "ConfigurationError"
+    assert _tables_and_revision(empty_database_url) == (set(), None)
+    frames = _frames(done.result)
+    # The migrations layer's package, the relay's layer's engine, each from its place under /opt
+    assert "/opt/python/outbox_migrations/custom_resource.py" in frames
+    assert any(f.startswith("/opt/python/outbox_relay/") for f in frames)
+    assert all(f.startswith(("/opt/python/", "/var/task/")) for f in frames), frames
+
+
+# --------------------------------------------------------------------------
+# sam local start-lambda: a developer's integration test through boto3
+# --------------------------------------------------------------------------
+
+class StartLambda:
+    """`sam local start-lambda` with warm containers, its output in a file."""
+
+    def __init__(self, process: subprocess.Popen, port: int, log: Path) -> None:
+        self.process, self.port, self.log = process, port, log
+
+    def client(self) -> Any:
+        return boto3.client("lambda", endpoint_url=f"http://127.0.0.1:{self.port}", region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing",
+                            config=Config(read_timeout=300, retries={"max_attempts": 0}))
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _containers(function: str) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label=sam.cli.function.name={function}"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return out.split()
+
+
+@pytest.fixture(scope="module")
+def warm_database(servers, template_db) -> Iterator[str]:
+    """A migrated database of this module's own (start-lambda's environment is fixed at start)."""
+    name = f"outbox_test_samlocal_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(servers.database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
+    admin.dispose()
+    yield with_database(servers.database_url, name)
+    drop_database(servers.database_url, name)
+
+
+@pytest.fixture(scope="module")
+def start_lambda(invoke_image, build_dir, python312, host_services, warm_database,
+                 tmp_path_factory) -> Iterator[StartLambda]:
+    tmp = tmp_path_factory.mktemp("start-lambda")
+    env_file, log = tmp / "env.json", tmp / "start-lambda.log"
+    env_file.write_text(json.dumps(sam_env(host_services.addresses, warm_database)))
+    port = free_port()
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [SAM, "local", "start-lambda", "-t", str(build_dir / "template.yaml"), "--host", "127.0.0.1",
+             "--port", str(port), "--env-vars", str(env_file), "--invoke-image", invoke_image, "--skip-pull-image",
+             "--warm-containers", "LAZY", "--parameter-overrides", local_parameter_overrides()],
+            cwd=WORK, env=sam_environment(python312), stdout=out, stderr=subprocess.STDOUT)
+    server = StartLambda(process, port, log)
+    deadline = time.monotonic() + 180
+    while True:
+        assert process.poll() is None, server.output()[-3000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "start-lambda did not listen within 180 s:\n" + server.output()[-3000:]
+            time.sleep(0.5)
+    try:
+        yield server
+    finally:
+        # Ctrl-C, as a developer stops it: the SAM CLI then removes its warm containers.
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        for container in _containers("RelayRedisFunction"):
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=60)
+
+
+def _relay_connections(engine, database: str) -> set[int]:
+    with engine.connect() as conn:
+        return set(conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = :db "
+                                     "AND application_name = 'outbox-relay'"), {"db": database}).scalars())
+
+
+def test_start_lambda_reuses_a_warm_container(start_lambda, warm_database, redis_prefix, redis_client) -> None:
+    engine = create_engine(warm_database, poolclass=NullPool)
+    database = warm_database.rsplit("/", 1)[1]
+    client = start_lambda.client()
+    event = load(EVENTS / "relay-redis-scheduler.json")
+    assert relay_channel(event) == "redis"
+    try:
+        # Given 3 messages, when a developer's test invokes the relay through boto3
+        stream = seed("redis", engine, redis_prefix)
+        first = client.invoke(FunctionName="RelayRedisFunction", Payload=json.dumps(event).encode())
+        summary = json.loads(first["Payload"].read())
+        assert first["StatusCode"] == 200 and "FunctionError" not in first, summary
+        assert (summary["claimed"], summary["delivered"]) == (3, 3)
+        containers, connections = _containers("RelayRedisFunction"), _relay_connections(engine, database)
+
+        # And again, after 2 more
+        with engine.begin() as conn:
+            from outbox_relay.producer import enqueue_events_bulk
+            enqueue_events_bulk(conn, [dict(stream=stream, type="order.placed", payload={"n": 10 + i})
+                                       for i in range(2)])
+        second = client.invoke(FunctionName="RelayRedisFunction", Payload=json.dumps(event).encode())
+        summary = json.loads(second["Payload"].read())
+        assert (summary["claimed"], summary["delivered"]) == (2, 2)
+        assert redis_client.xlen(stream) == 5
+        assert statuses(engine) == [("redis", "delivered", True)] * 5
+
+        # Then both ran in one container, on the dependencies built by the first:
+        # its database connections are still those the second used
+        assert len(containers) == 1 and _containers("RelayRedisFunction") == containers
+        assert connections and connections <= _relay_connections(engine, database)
+        # and the logs say so: the first invocation was the container's cold start, the second was not
+        batches = [line for line in json_logs(start_lambda.output()) if line.get("message") == "relay batch done"]
+        assert [(b["cold_start"], b["claimed"]) for b in batches] == [(True, 3), (False, 2)]
+    finally:
+        engine.dispose()
+
+
+def test_the_warm_container_holds_the_built_layer_under_opt(start_lambda, build_dir) -> None:
+    # The container left by the previous test (or a new one) holds the layer sam build made, file for file
+    if not _containers("RelayRedisFunction"):
+        client = start_lambda.client()
+        client.invoke(FunctionName="RelayRedisFunction",
+                      Payload=json.dumps(load(EVENTS / "relay-redis-scheduler.json")).encode())
+    (container,) = _containers("RelayRedisFunction")
+    listing = subprocess.run(
+        ["docker", "exec", container, "sh", "-c", "cd /opt/python && find outbox_relay -type f "
+         "\\( -name '*.py' -o -name '*.sql' \\) -exec sha256sum {} +"],
+        capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    in_container = {path: digest for digest, path in (line.split() for line in listing.stdout.splitlines())}
+    layer = build_dir / "SharedLayer" / "python"
+    built = {str(p.relative_to(layer)): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in (layer / "outbox_relay").rglob("*") if p.suffix in (".py", ".sql")}
+    source = {str(p.relative_to(ROOT / "shared")): hashlib.sha256(p.read_bytes()).hexdigest()
+              for p in (ROOT / "shared" / "outbox_relay").rglob("*") if p.suffix in (".py", ".sql")}
+    assert in_container == built == source
+    # and the function's own code is the handler alone: nothing of the layer is copied beside it
+    task = subprocess.run(["docker", "exec", container, "ls", "/var/task"], capture_output=True, text=True, timeout=60)
+    assert task.stdout.split() == ["app.py"]
+    # The checkout is not mounted anywhere in the container
+    mounts = subprocess.run(["docker", "inspect", "--format", "{{json .Mounts}}", container],
+                            capture_output=True, text=True, timeout=60)
+    mounted = {m["Destination"]: Path(m["Source"]) for m in json.loads(mounts.stdout)}
+    assert mounted == {"/var/task": build_dir / "RelayRedisFunction"}

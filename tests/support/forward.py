@@ -1,0 +1,67 @@
+"""A TCP forwarder: listens on one address and relays each connection to a
+target. The sam_local tests bind one to the Docker bridge's address, so that a
+Lambda container reaches PostgreSQL and Redis, which listen on 127.0.0.1 only
+and are not ours to reconfigure."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class Forwarder:
+    """Relay connections on (`host`, `port`) (0: a free port) to (`target_host`, `target_port`)."""
+
+    def __init__(self, host: str, target_host: str, target_port: int, port: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server((host, port))
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name=f"forward-{self.port}", daemon=True)
+
+    def __enter__(self) -> "Forwarder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed.set()
+        self._listener.close()
+        with self._lock:
+            for sock in list(self._open):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            # One side ended: end both, as the peer would see a closed connection.
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+                with self._lock:
+                    self._open.discard(sock)

@@ -1,0 +1,76 @@
+"""`outbox`: the command line (migrate, enqueue, relay, stats, demo, operations).
+
+Every command finds PostgreSQL through `DATABASE_URL` (and Redis through
+`REDIS_URL`) or, when they are unset, the local services on their standard
+ports; `demo` may also start embedded servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from outbox_relay.errors import ConfigurationError, InvalidMessageError
+
+from . import local, messages, operations
+
+
+def _sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE of a PostgreSQL error as pg8000 reports it (its first argument is
+    the server's error fields; "C" is the code), else ''."""
+    orig = getattr(exc, "orig", None)
+    fields = orig.args[0] if orig is not None and orig.args else None
+    return str(fields.get("C", "")) if isinstance(fields, dict) else ""
+
+
+def _database_problem(exc: BaseException) -> str | None:
+    """What a user can fix behind a database error, in one line naming DATABASE_URL (None: not theirs)."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    code = _sqlstate(exc)
+    message = str(exc.orig.args[0].get("M", "")) if code else ""
+    # PostgreSQL error codes (PostgreSQL documentation, Appendix A): 3D000 invalid_catalog_name,
+    # class 28 invalid authorization, 42P01 undefined_table, 42703 undefined_column.
+    if code == "3D000":
+        return f"DATABASE_URL: {message}"
+    if code.startswith("28"):
+        return f"DATABASE_URL: PostgreSQL refused the login ({code})"
+    if code in ("42P01", "42703") and "outbox" in message:
+        return "DATABASE_URL: the database has no outbox schema, or an older one: run `outbox migrate`"
+    if "refuses ssl" in str(exc.orig).lower():
+        return "DATABASE_TLS: the PostgreSQL server does not accept TLS; set DATABASE_TLS=disable or enable TLS on it"
+    if isinstance(exc, DBAPIError) and (exc.connection_invalidated or isinstance(exc, OperationalError)
+                                        or "connect" in str(exc.orig).lower()):
+        return f"cannot reach PostgreSQL ({type(exc.orig).__name__}); check DATABASE_URL"
+    return None
+
+
+class _OutboxGroup(click.Group):
+    """Turns the errors a user can fix into one clear line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise click.ClickException(f"configuration error: {exc}") from None
+        except InvalidMessageError as exc:
+            raise click.ClickException(f"invalid message: {exc}") from None
+        except DBAPIError as exc:
+            problem = _database_problem(exc)
+            if problem is None:
+                raise
+            raise click.ClickException(problem) from None
+
+
+@click.group(cls=_OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Transactional-outbox relay: PostgreSQL to Redis Streams and Amazon SES."""
+
+
+for _command in (local.migrate, messages.enqueue_event_cmd, messages.enqueue_email_cmd, local.relay,
+                 operations.stats, local.demo, operations.dead, operations.redrive, operations.purge):
+    main.add_command(_command)
+
