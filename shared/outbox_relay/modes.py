@@ -159,7 +159,9 @@ class _Pipeline:
                     return
                 continue
             if not batch.claimed:
-                if batch.full:  # it moved a full batch of held-back messages out of the way
+                # Rows out of turn alone say nothing more is claimable now: only a full
+                # batch moved out of the way does.
+                if batch.moved_full:
                     continue
                 if policy.mode is Mode.DRAIN or not self.wait_idle():
                     return

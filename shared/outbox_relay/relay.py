@@ -154,7 +154,7 @@ class Batch:
     """One claimed batch: which of its messages are not recorded yet, and how
     their outcomes reach the store (through `recorder`).
 
-    `full` says more may be waiting (the claim found as many as it asked for);
+    `full` says more may be waiting (the claim's scan reached its limit);
     `suspect` that it is one expired lease re-claimed alone (see `store.Claim`);
     `not_attempted` counts messages the publisher gave back untried (their key
     stopped at an earlier failure): they are due again at once; `epoch` is the
@@ -166,6 +166,7 @@ class Batch:
         self.limit = limit
         self.epoch = epoch
         self.scanned = getattr(claimed, "scanned", len(claimed))
+        self.due = getattr(claimed, "due", len(claimed))
         self.suspect = bool(getattr(claimed, "suspect", False))
         self.leased = [m for m in claimed if m.status is Status.LEASED]
         self._turns: KeyTurns | None = None
@@ -183,7 +184,12 @@ class Batch:
 
     @property
     def full(self) -> bool:
-        return max(self.scanned, len(self.claimed)) >= self.limit
+        return max(self.due, self.scanned, len(self.claimed)) >= self.limit
+
+    @property
+    def moved_full(self) -> bool:
+        """It claimed nothing and moved a full batch of held-back rows out of the way."""
+        return not self.claimed and self.scanned >= self.limit
 
     def record(self, results: Sequence[DeliveryResult]) -> None:
         """The publisher's callback: record these results (one outcome write)."""

@@ -25,13 +25,17 @@ class Claim(list):
     """The messages one claim returned, in seq order (a list of `ClaimedMessage`),
     and what the statement saw besides:
 
-    - `scanned`: due rows it claimed or moved out of their key's way; as many as
+    - `scanned`: due rows it claimed or moved out of their key's way (none claimed
+      and some moved: claim again, the moved ones are out of the way for good);
+    - `due`: due rows the scan returned, those left out of their key's turn too
+      (an earlier row of the key was locked by a concurrent claim); as many as
       the limit means more may be waiting;
     - `suspect`: the claim is one expired lease re-claimed alone (its holder died,
       perhaps because of it): deliver it with nothing else in flight.
     """
 
     scanned: int = 0
+    due: int = 0
     suspect: bool = False
 
 
@@ -119,7 +123,7 @@ class LeaseStore:
         claim = Claim(from_row(r) for r in rows if r[0])
         claim.sort(key=_seq_of)
         if rows:
-            claim.scanned, claim.suspect = int(rows[0][6]), bool(rows[0][7])
+            claim.scanned, claim.suspect, claim.due = int(rows[0][6]), bool(rows[0][7]), int(rows[0][8])
         return claim
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,

@@ -5,6 +5,7 @@ sending one key's emails one at a time, in order."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from outbox_relay.modes import run_invocation
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
+from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 from outbox_relay.relay import RelayPolicy, run_batch
 from outbox_relay.store import LeaseStore, lease_token
@@ -129,6 +131,29 @@ def test_a_head_released_behind_a_full_window_of_its_key_is_claimed_first(enqueu
     order = stream_order(redis_client, redis_prefix + "one", app_engine)
     assert order["a"] == list(range(order["a"][0], order["a"][0] + 11))
     assert first_run.delivered >= 10 and first_run.delivered + rest.delivered == 11
+
+
+def test_drain_goes_on_past_a_key_whose_head_a_concurrent_claim_has_locked(store, publisher, policy, redis_client,
+                                                                           redis_prefix, app_engine):
+    # Given 30 messages, the first two of key "x", and the head row locked by another
+    # transaction (as a concurrent claim holds it until it commits)
+    stream = redis_prefix + "locked"
+    enqueue_keyed(app_engine, stream, ["x", "x", *[f"k{i}" for i in range(28)]])
+    drain = dataclasses.replace(policy, batch_size=10, mode=Mode.DRAIN)
+    plenty = Deadline(lambda: 600_000, margin_seconds=1)
+    with app_engine.connect() as holder:
+        holder.execute(text("SELECT seq FROM outbox_message ORDER BY seq LIMIT 1 FOR UPDATE"))
+        # When one drain-mode invocation runs: its first claim sees the second "x" out of turn
+        locked = run_invocation(store, publisher, drain, plenty, lease_token("t"))
+        holder.rollback()
+    # Then it did not take that batch's shortfall for the end of the backlog: everything but
+    # the locked head and the message behind it was delivered
+    order = stream_order(redis_client, stream, app_engine)
+    assert locked.delivered == 28 and "x" not in order
+    # And once the lock is gone, the key goes on in order
+    after = run_invocation(store, publisher, drain, plenty, lease_token("t2"))
+    order = stream_order(redis_client, stream, app_engine)
+    assert after.delivered == 2 and len(order["x"]) == 2 and order["x"] == sorted(order["x"])
 
 
 @pytest.mark.parametrize("policy_on_dead", list(OrderingOnDead), ids=lambda p: p.value)

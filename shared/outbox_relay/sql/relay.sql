@@ -50,8 +50,10 @@ END
 --    message waits are moved out of the way, and of a key's rows only those
 --    with every earlier one claimed with them or ours in flight are claimed.
 -- Both branches FOR UPDATE SKIP LOCKED; what is locked and not claimed is
--- unlocked at the end. The last two columns: rows of the due scan claimed or
--- moved, and whether the claim is a suspect; one row of NULLs when nothing was claimed.
+-- unlocked at the end. The last three columns: rows of the due scan claimed or
+-- moved, whether the claim is a suspect, and rows the due scan returned (those
+-- out of turn too: their key's earlier row was locked by another transaction);
+-- one row of NULLs when nothing was claimed.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted
       FROM outbox_message
@@ -149,9 +151,9 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
 -- split by models.ClaimedMessage.from_row; the body by primary key.
 SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id, c.created_at),
        c.destination, c.type, c.key, b.payload::text, b.headers::text,
-       s.scanned, s.suspect
+       s.scanned, s.suspect, s.due
   FROM (SELECT (SELECT count(*) FROM due) - (SELECT count(*) FROM out_of_turn) AS scanned,
-               EXISTS (SELECT 1 FROM suspect) AS suspect) s
+               EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due) s
   LEFT JOIN claimed c ON true
   LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b ON true
 
