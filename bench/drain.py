@@ -2,7 +2,8 @@
 
 `run_drain`: one invocation in drain mode (OUTBOX_MODE=drain, pipelined) over a
 backlog of N messages, at each batch size, and two such invocations at once in
-two processes. `batches`: invocations in batch mode back to back, in this
+two processes (each then runs invocations until one claims nothing: a claim cut
+short by the other's concurrent claim ends an invocation with messages left). `batches`: invocations in batch mode back to back, in this
 process, until one claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
@@ -52,8 +53,8 @@ def run_drain(env: BenchEnv, *, n: int, batch_sizes: list[int], streams: tuple[s
     from .concurrency import run_concurrency
 
     two = run_concurrency(env, n=n, batch_size=max(batch_sizes), processes=[2], streams=streams,
-                          extra_env=DRAIN_ENV, timeout_seconds=600, once=True)["runs"][0]
-    two |= {"batch_size": max(batch_sizes), "invocations": 2}
+                          extra_env=DRAIN_ENV, timeout_seconds=600)["runs"][0]
+    two |= {"batch_size": max(batch_sizes)}
     return {"messages": n, "streams": list(streams), "mode": "drain", "runs": runs, "two_invocations": two}
 
 

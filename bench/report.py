@@ -236,14 +236,14 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
     drain = results.get("drain")
     if drain and drain.get("mode") == "drain":
         t = Table(title=f"Drain mode, Redis channel: {drain['messages']:,} messages, one invocation")
-        for col in ("invocations", "batch", "msg/s", "× limit", "batches", "stmts/batch", "redis RT/batch",
+        for col in ("at once", "batch", "msg/s", "× limit", "batches", "stmts/batch", "redis RT/batch",
                     "CPU µs/msg client", "PostgreSQL", "Redis", "check"):
             t.add_column(col, justify="right")
         rows = [(r, limit_rate(results, drain)) for r in drain["runs"]]
         rows.append((drain["two_invocations"], limit_rate(results, drain, processes=2)))
         for r, reference in rows:
             cpu = r.get("cpu_us_per_message", {})
-            t.add_row(_fmt(r["invocations"]), _fmt(r["batch_size"]), _fmt(r["messages_per_second"]),
+            t.add_row(_fmt(r["processes"]), _fmt(r["batch_size"]), _fmt(r["messages_per_second"]),
                       ratio(r["messages_per_second"], reference), _fmt(r.get("batches")),
                       _fmt(r.get("statements_per_batch")), _fmt(r.get("redis_round_trips_per_batch")),
                       _fmt(cpu.get("client")), _fmt(cpu.get("postgresql")), _fmt(cpu.get("redis")),
@@ -272,12 +272,12 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
     if ordering:
         t = Table(title=f"Ordering keys: {ordering['messages']:,} messages, batch {ordering['batch_size']:,}, "
                         f"drain mode, median of {ordering['rounds']} interleaved rounds")
-        for col in ("keys", "invocations", "msg/s", "× keyless", "× one", "× limit", "batches", "out of order",
+        for col in ("keys", "at once", "msg/s", "× keyless", "× one", "× limit", "batches", "out of order",
                     "check"):
             t.add_column(col, justify="right")
         reference = limit_rate(results, ordering)
         for r in [*ordering["runs"], ordering["two_invocations"]]:
-            t.add_row("none" if r["keys"] is None else _fmt(r["keys"]), _fmt(r["invocations"]),
+            t.add_row("none" if r["keys"] is None else _fmt(r["keys"]), _fmt(r["processes"]),
                       _fmt(r["messages_per_second"]), _times(r.get("vs_keyless")), _times(r.get("vs_one_invocation")),
                       ratio(r["messages_per_second"], reference), _fmt(r.get("batches")),
                       _fmt(r["check"]["order_violations"]), "ok" if r["check"]["ok"] else "FAILED")
@@ -441,13 +441,13 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"Drain mode, Redis channel ({drain['messages']:,} messages of about 1 KB, the real handler "
                    f"with OUTBOX_MODE=drain, one invocation{_when(drain)}):")
         out.append("")
-        out.append("| invocations | batch | msg/s | × minimal loop (same processes) | batches "
+        out.append("| invocations at once | batch | msg/s | × minimal loop (same processes) | batches "
                    "| statements per batch | Redis round trips per batch |")
         out.append("|---:|---:|---:|---:|---:|---:|---:|")
         rows = [(r, limit_rate(results, drain)) for r in drain["runs"]]
         rows.append((drain["two_invocations"], limit_rate(results, drain, processes=2)))
         for r, reference in rows:
-            out.append(f"| {r['invocations']} | {r['batch_size']:,} | {r['messages_per_second']:,.0f} "
+            out.append(f"| {r['processes']} | {r['batch_size']:,} | {r['messages_per_second']:,.0f} "
                        f"| {ratio(r['messages_per_second'], reference)} | {_fmt(r.get('batches'))} "
                        f"| {_fmt(r.get('statements_per_batch'))} | {_fmt(r.get('redis_round_trips_per_batch'))} |")
         out.append("")
@@ -485,11 +485,11 @@ def markdown(results: dict[str, Any]) -> str:
                    f"median of {ordering['rounds']} interleaved rounds; every run checked in the stream: each "
                    f"message once, each key's messages in enqueue order{_when(ordering)}):")
         out.append("")
-        out.append("| keys | invocations | msg/s | × keyless | × one invocation | × minimal loop | batches "
+        out.append("| keys | invocations at once | msg/s | × keyless | × one invocation | × minimal loop | batches "
                    "| out of order |")
         out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in [*ordering["runs"], ordering["two_invocations"]]:
-            out.append(f"| {'none' if r['keys'] is None else format(r['keys'], ',')} | {r['invocations']} "
+            out.append(f"| {'none' if r['keys'] is None else format(r['keys'], ',')} | {r['processes']} "
                        f"| {r['messages_per_second']:,.0f} | {_times(r.get('vs_keyless'))} "
                        f"| {_times(r.get('vs_one_invocation'))} | {ratio(r['messages_per_second'], reference)} "
                        f"| {_fmt(r.get('batches'))} | {r['check']['order_violations']} |")
