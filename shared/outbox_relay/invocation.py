@@ -71,7 +71,9 @@ class MetricsWindow:
     def maybe_flush(self, summary: Summary) -> None:
         if self.clock() >= self._due:
             self.add(summary)
-            obs.metrics.flush_metrics()
+            # Powertools flushed by itself if the 100th lag value filled the document.
+            if obs.metrics.metric_set:
+                obs.metrics.flush_metrics()
             self._due = self.clock() + self.interval
 
     def add(self, summary: Summary) -> None:
