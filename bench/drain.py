@@ -2,8 +2,9 @@
 
 `run_drain`: one invocation in drain mode (OUTBOX_MODE=drain, pipelined) over a
 backlog of N messages, at each batch size, and two such invocations at once in
-two processes (each then runs invocations until one claims nothing: a claim cut
-short by the other's concurrent claim ends an invocation with messages left). `batches`: invocations in batch mode back to back, in this
+two processes (each then invokes again until an invocation claims nothing: a
+claim cut short by the other's concurrent claim may end an invocation with
+messages left). `batches`: invocations in batch mode back to back, in this
 process, until one claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
