@@ -159,9 +159,9 @@ class _Pipeline:
                     return
                 continue
             if not batch.claimed:
-                # Rows out of turn alone say nothing more is claimable now: only a full
-                # batch moved out of the way does.
-                if batch.moved_full:
+                # Moved rows leave the window for good, so the next claim scans past them;
+                # a full window of rows out of turn alone would only be scanned again.
+                if batch.moved_from_full:
                     continue
                 if policy.mode is Mode.DRAIN or not self.wait_idle():
                     return

@@ -187,9 +187,9 @@ class Batch:
         return max(self.due, self.scanned, len(self.claimed)) >= self.limit
 
     @property
-    def moved_full(self) -> bool:
-        """It claimed nothing and moved a full batch of held-back rows out of the way."""
-        return not self.claimed and self.scanned >= self.limit
+    def moved_from_full(self) -> bool:
+        """It claimed nothing but moved held-back rows out of a full window."""
+        return not self.claimed and self.scanned > 0 and self.full
 
     def record(self, results: Sequence[DeliveryResult]) -> None:
         """The publisher's callback: record these results (one outcome write)."""

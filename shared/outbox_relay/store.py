@@ -28,8 +28,9 @@ class Claim(list):
     - `scanned`: due rows it claimed or moved out of their key's way (none claimed
       and some moved: claim again, the moved ones are out of the way for good);
     - `due`: due rows the scan returned, those left out of their key's turn too
-      (an earlier row of the key was locked by a concurrent claim); as many as
-      the limit means more may be waiting;
+      (an earlier row of the key locked by another transaction, usually a
+      concurrent claim, or leased by another relay); as many as the limit means
+      more may be waiting;
     - `suspect`: the claim is one expired lease re-claimed alone (its holder died,
       perhaps because of it): deliver it with nothing else in flight.
     """

@@ -156,6 +156,30 @@ def test_drain_goes_on_past_a_key_whose_head_a_concurrent_claim_has_locked(store
     assert after.delivered == 2 and len(order["x"]) == 2 and order["x"] == sorted(order["x"])
 
 
+def test_drain_goes_on_after_a_claim_that_only_moved_rows_out_of_a_full_window(store, publisher, policy,
+                                                                              redis_client, redis_prefix,
+                                                                              app_engine):
+    # Given at the front of the due order five messages of "y", whose head waits for a retry,
+    # and five of "x", whose head another transaction holds locked; then 50 keyless messages
+    stream = redis_prefix + "front"
+    enqueue_keyed(app_engine, stream, ["y"] * 6 + ["x"] * 6 + [None] * 50)
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_message SET attempts = 1, available_at = now() + interval '1 hour' "
+                          "WHERE seq = (SELECT min(seq) FROM outbox_message WHERE key = 'y')"))
+    drain = dataclasses.replace(policy, batch_size=10, mode=Mode.DRAIN)
+    with app_engine.connect() as holder:
+        holder.execute(text("SELECT seq FROM outbox_message WHERE key = 'x' ORDER BY seq LIMIT 1 FOR UPDATE"))
+        # When one drain-mode invocation runs: its first claim claims nothing, moves y's five
+        # out of the way and leaves x's five out of turn
+        summary = run_invocation(store, publisher, drain, Deadline(lambda: 600_000, margin_seconds=1),
+                                 lease_token("t"))
+        holder.rollback()
+    # Then it claimed again past them and delivered the 50 behind, and neither key went out of turn
+    order = stream_order(redis_client, stream, app_engine)
+    assert summary.delivered == 50 and len(order[None]) == 50
+    assert "x" not in order and "y" not in order
+
+
 @pytest.mark.parametrize("policy_on_dead", list(OrderingOnDead), ids=lambda p: p.value)
 def test_a_dead_head_and_the_policies(relay_engine, enqueue, publisher, policy, redis_client, redis_prefix,
                                       app_engine, plenty, policy_on_dead):

@@ -52,7 +52,8 @@ END
 -- Both branches FOR UPDATE SKIP LOCKED; what is locked and not claimed is
 -- unlocked at the end. The last three columns: rows of the due scan claimed or
 -- moved, whether the claim is a suspect, and rows the due scan returned (those
--- out of turn too: their key's earlier row was locked by another transaction);
+-- out of turn too: an earlier row of their key locked by another transaction,
+-- or leased by another relay);
 -- one row of NULLs when nothing was claimed.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted
