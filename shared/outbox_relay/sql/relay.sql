@@ -53,8 +53,8 @@ END
 -- unlocked at the end. The last three columns: rows of the due scan claimed or
 -- moved, whether the claim is a suspect, and rows the due scan returned (those
 -- out of turn too: an earlier row of their key locked by another transaction,
--- or leased by another relay);
--- one row of NULLs when nothing was claimed.
+-- or leased by another relay). When nothing was claimed: one row, NULL but for
+-- those three.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted
       FROM outbox_message
