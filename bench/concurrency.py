@@ -19,10 +19,9 @@ from typing import Any
 from .env import BenchEnv
 
 
-def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out: Any,
-            extra_env: dict[str, str] | None = None, timeout_seconds: float = 60.0, once: bool = False) -> None:
-    """One process: a warm relay container, then invocations until one claims
-    nothing (or, with `once`, a single invocation)."""
+def _worker(ready: Any, go: Any, out: Any, env_args: dict[str, Any], batch_size: int,
+            extra_env: dict[str, str] | None = None, timeout_seconds: float = 60.0) -> None:
+    """One process: a warm relay container, then invocations until one claims nothing."""
     from outbox_tools.servers import Servers
 
     from .handler import relay
@@ -41,7 +40,7 @@ def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out:
                 invocations += 1
                 delivered += result["delivered"]
                 lease_lost += result["lease_lost"]
-                if result["claimed"] == 0 or once:
+                if result["claimed"] == 0:
                     break
             out.put({"delivered": delivered, "invocations": invocations, "lease_lost": lease_lost,
                      "seconds": time.perf_counter() - started, "error": None})
@@ -53,42 +52,58 @@ def _worker(env_args: dict[str, Any], batch_size: int, ready: Any, go: Any, out:
         env.close()
 
 
-def run_concurrency(env: BenchEnv, *, n: int, batch_size: int, processes: list[int],
-                    streams: tuple[str, ...], extra_env: dict[str, str] | None = None,
-                    timeout_seconds: float = 60.0, once: bool = False, keys: int | None = None) -> dict[str, Any]:
-    """Drain `n` messages (keyless, or over `keys` ordering keys) with each
-    process count in `processes` (each process a container; `once`: one
-    invocation each, as in drain mode)."""
+def run_together(env: BenchEnv, k: int, target: Any, args: tuple, *, n: int, streams: tuple[str, ...],
+                 keys: int | None = None, what: str) -> tuple[list[dict[str, Any]], float]:
+    """Start `k` spawned processes of `target(ready, go, out, *args)` on an empty table; once
+    each has released `ready` (warm), enqueue the backlog and set `go` for all at once.
+    Returns their reports (each with `delivered` and `error`) and the wall seconds from
+    `go` until the last report; raises the first process error."""
     from .drain import prepare_backlog
 
     ctx = mp.get_context("spawn")
+    env.reset_table()  # warm-up work finds nothing to claim
+    ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(ready, go, out, *args), daemon=True) for _ in range(k)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        if not ready.acquire(timeout=120):
+            raise RuntimeError(f"a {what} process did not start within 120 s")
+    prepare_backlog(env, n, streams, keys)
+    started = time.perf_counter()
+    go.set()
+    reports = [out.get(timeout=1800) for _ in procs]
+    wall = time.perf_counter() - started
+    for p in procs:
+        p.join(timeout=30)
+    errors = [r["error"] for r in reports if r["error"]]
+    if errors:
+        raise RuntimeError(f"{what} process failed: {errors[0]}")
+    return reports, wall
+
+
+def delivery_check(env: BenchEnv, n: int, delivered: int) -> dict[str, Any]:
+    """Every one of the `n` rows delivered, each once in the bench streams, and the
+    processes' own counts adding up to `n`."""
+    ids = env.stream_message_ids()
+    rows_delivered = env.counts().get("delivered", 0)
+    duplicates = sum(c - 1 for c in Counter(ids).values() if c > 1)
+    return {"rows_delivered": rows_delivered, "stream_entries": len(ids), "distinct_ids": len(set(ids)),
+            "duplicates": duplicates,
+            "ok": duplicates == 0 and len(ids) == n == delivered == rows_delivered}
+
+
+def run_concurrency(env: BenchEnv, *, n: int, batch_size: int, processes: list[int],
+                    streams: tuple[str, ...], extra_env: dict[str, str] | None = None,
+                    timeout_seconds: float = 60.0, keys: int | None = None) -> dict[str, Any]:
+    """Drain `n` messages (keyless, or over `keys` ordering keys) with each
+    process count in `processes` (each process a container)."""
     env_args = {"database_url_admin": env.admin_url, "database_url": env.database_url,
                 "redis_url": env.servers.redis_url, "database_name": env.database_name, "prefix": env.prefix}
     runs = []
     for k in processes:
-        env.reset_table()  # the warm-up invocations find nothing to claim
-        ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(env_args, batch_size, ready, go, out, extra_env,
-                                                   timeout_seconds, once), daemon=True)
-                 for _ in range(k)]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            if not ready.acquire(timeout=120):
-                raise RuntimeError("a relay process did not start within 120 s")
-        prepare_backlog(env, n, streams, keys)
-        started = time.perf_counter()
-        go.set()
-        reports = [out.get(timeout=1800) for _ in procs]
-        wall = time.perf_counter() - started
-        for p in procs:
-            p.join(timeout=30)
-        errors = [r["error"] for r in reports if r["error"]]
-        if errors:
-            raise RuntimeError(f"relay process failed: {errors[0]}")
-        ids = env.stream_message_ids()
-        counts = env.counts()
-        duplicates = sum(c - 1 for c in Counter(ids).values() if c > 1)
+        reports, wall = run_together(env, k, _worker, (env_args, batch_size, extra_env, timeout_seconds),
+                                     n=n, streams=streams, keys=keys, what="relay")
         delivered = sum(r["delivered"] for r in reports)
         runs.append({
             "processes": k,
@@ -98,13 +113,6 @@ def run_concurrency(env: BenchEnv, *, n: int, batch_size: int, processes: list[i
             "invocations": sum(r["invocations"] for r in reports),
             "lease_lost": sum(r["lease_lost"] for r in reports),
             "per_process_delivered": sorted((r["delivered"] for r in reports), reverse=True),
-            "check": {
-                "rows_delivered": counts.get("delivered", 0),
-                "stream_entries": len(ids),
-                "distinct_ids": len(set(ids)),
-                "duplicates": duplicates,
-                "ok": duplicates == 0 and len(ids) == len(set(ids)) == n == delivered
-                      and counts.get("delivered", 0) == n,
-            },
+            "check": delivery_check(env, n, delivered),
         })
     return {"messages": n, "batch_size": batch_size, "runs": runs}

@@ -12,13 +12,12 @@ It runs as one process and as two draining one backlog together.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 import uuid
-from collections import Counter
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from .concurrency import delivery_check, run_together
 from .env import BenchEnv
 
 CLAIM = """
@@ -88,7 +87,7 @@ def drain_minimal(database_url: str, redis_url: str, batch_size: int) -> int:
         client.close()
 
 
-def _worker(database_url: str, redis_url: str, batch_size: int, ready: Any, go: Any, out: Any) -> None:
+def _worker(ready: Any, go: Any, out: Any, database_url: str, redis_url: str, batch_size: int) -> None:
     try:
         _connect(database_url).close()  # imports and a first connection, before the clock starts
         ready.release()
@@ -104,41 +103,16 @@ def _worker(database_url: str, redis_url: str, batch_size: int, ready: Any, go: 
 def run_limit(env: BenchEnv, *, n: int, batch_size: int = 1000, processes: tuple[int, ...] = (1, 2),
               streams: tuple[str, ...]) -> dict[str, Any]:
     """Drain `n` messages with the minimal loop in each process count of `processes`."""
-    from .drain import prepare_backlog
-
-    ctx = mp.get_context("spawn")
     runs = []
     for k in processes:
-        env.reset_table()
-        ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(env.database_url, env.servers.redis_url, batch_size, ready,
-                                                   go, out), daemon=True) for _ in range(k)]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            if not ready.acquire(timeout=120):
-                raise RuntimeError("a minimal-loop process did not start within 120 s")
-        prepare_backlog(env, n, streams)
-        started = time.perf_counter()
-        go.set()
-        reports = [out.get(timeout=1800) for _ in procs]
-        wall = time.perf_counter() - started
-        for p in procs:
-            p.join(timeout=30)
-        errors = [r["error"] for r in reports if r["error"]]
-        if errors:
-            raise RuntimeError(f"minimal-loop process failed: {errors[0]}")
-        ids = env.stream_message_ids()
-        counts = env.counts()
+        reports, wall = run_together(env, k, _worker, (env.database_url, env.servers.redis_url, batch_size),
+                                     n=n, streams=streams, what="minimal-loop")
         delivered = sum(r["delivered"] for r in reports)
-        duplicates = sum(c - 1 for c in Counter(ids).values() if c > 1)
         runs.append({
             "processes": k,
             "wall_seconds": round(wall, 3),
             "messages_per_second": round(delivered / wall, 1) if wall else None,
             "delivered": delivered,
-            "check": {"rows_delivered": counts.get("delivered", 0), "stream_entries": len(ids),
-                      "duplicates": duplicates,
-                      "ok": duplicates == 0 and len(ids) == n == delivered == counts.get("delivered", 0)},
+            "check": delivery_check(env, n, delivered),
         })
     return {"messages": n, "batch_size": batch_size, "runs": runs}
