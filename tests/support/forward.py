@@ -1,7 +1,8 @@
 """A TCP forwarder: listens on one address and relays each connection to a
 target. The sam_local tests bind one to the Docker bridge's address, so that a
 Lambda container reaches PostgreSQL and Redis, which listen on 127.0.0.1 only
-and are not ours to reconfigure."""
+and are not ours to reconfigure; the integration tests put one in front of
+Redis and cut its connections, as a partition or a failover would."""
 
 from __future__ import annotations
 
@@ -26,11 +27,16 @@ class Forwarder:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.cut()
+
+    def cut(self) -> None:
+        """End every connection (both peers see it closed) and refuse new ones."""
         self._closed.set()
         self._listener.close()
         with self._lock:
             for sock in list(self._open):
-                sock.close()
+                _end(sock)
+            self._open.clear()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -45,6 +51,10 @@ class Forwarder:
                 continue
             upstream.settimeout(None)
             with self._lock:
+                if self._closed.is_set():  # cut while this one was connecting
+                    _end(client)
+                    _end(upstream)
+                    return
                 self._open.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -58,10 +68,15 @@ class Forwarder:
         finally:
             # One side ended: end both, as the peer would see a closed connection.
             for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
+                _end(sock)
                 with self._lock:
                     self._open.discard(sock)
+
+
+def _end(sock: socket.socket) -> None:
+    # shutdown first: it wakes a pump blocked in recv on this socket, close alone does not.
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
