@@ -79,6 +79,17 @@ def stats(as_json: bool, lag_window: str) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+def _message_ids(values: tuple[str, ...], hint: str) -> list[uuid.UUID]:
+    """The message ids given as arguments; the first that is not a UUID is refused by name."""
+    ids = []
+    for raw in values:
+        try:
+            ids.append(uuid.UUID(raw))
+        except ValueError:
+            raise click.BadParameter(f"{raw!r} is not a message id (a UUID)", param_hint=hint) from None
+    return ids
+
+
 def _ms(value: float | None) -> str:
     if value is None:
         return "-"
@@ -162,10 +173,7 @@ def _since(value: str | None) -> tuple[float | None, datetime | None]:
 def dead_show(message_id: str, as_json: bool) -> None:
     """Show one message by its message id: payload, attempts and every recorded
     error field (any status; a redriven message keeps its last error)."""
-    try:
-        mid = uuid.UUID(message_id)
-    except ValueError:
-        raise click.BadParameter(f"{message_id!r} is not a message id (a UUID)", param_hint="MESSAGE_ID") from None
+    (mid,) = _message_ids((message_id,), "MESSAGE_ID")
     engine = common.engine(autocommit=True)
     try:
         row = get_message(engine, mid)
@@ -207,12 +215,7 @@ def dead_discard(message_ids: tuple[str, ...], as_json: bool) -> None:
     kept (status discarded) until the dead retention purges them, and no longer
     hold back their key under OUTBOX_ORDERING_ON_DEAD=block: its next messages go on.
     Only dead letters change."""
-    ids = []
-    for m in message_ids:
-        try:
-            ids.append(uuid.UUID(m))
-        except ValueError:
-            raise click.BadParameter(f"{m!r} is not a message id (a UUID)", param_hint="MESSAGE_IDS") from None
+    ids = _message_ids(message_ids, "MESSAGE_IDS")
     engine = common.engine(autocommit=True)
     try:
         result = discard(engine, ids)
@@ -249,12 +252,7 @@ def redrive(message_ids: tuple[str, ...], channel: str | None, error_class: str 
     or delivered is never touched, so a redrive running beside the relay cannot
     cause a double delivery. The last error is kept for `outbox dead show`.
     """
-    ids = []
-    for raw in message_ids:
-        try:
-            ids.append(uuid.UUID(raw))
-        except ValueError:
-            raise click.BadParameter(f"{raw!r} is not a message id (a UUID)", param_hint="MESSAGE_IDS") from None
+    ids = _message_ids(message_ids, "MESSAGE_IDS")
     if everything and (ids or channel or error_class):
         raise click.UsageError("--all takes no MESSAGE_IDS, --channel or --error-class")
     try:
