@@ -165,6 +165,7 @@ def test_a_long_invocation_flushes_its_metrics_while_it_runs(mode_env, app_engin
     assert sum(sum(as_list(b.get("Claimed", 0))) for b in blobs) == 5
 
 
+@pytest.mark.slow  # waits out a 2.5 s invocation; latency mode stays in the default run above
 def test_an_idle_latency_invocation_costs_one_claim_per_poll(mode_env, app_engine, relay_engine, redis_prefix):
     # Given a table with a delivered history and nothing to deliver
     from sqlalchemy import event as sa_event

@@ -263,7 +263,9 @@ class OrderingMachine(RuleBasedStateMachine):
         raise AssertionError("300 claims did not drain the outbox")
 
 
-@pytest.mark.parametrize("policy", list(OrderingOnDead), ids=lambda p: p.value)
+# The block policy's run repeats the skip policy's with more waiting: it goes with the slow tests.
+@pytest.mark.parametrize("policy", [OrderingOnDead.SKIP, pytest.param(OrderingOnDead.BLOCK, marks=pytest.mark.slow)],
+                         ids=lambda p: p.value)
 def test_per_key_order_holds_under_any_interleaving(database_url, relay_engine, policy):
     engine = create_engine(database_url, pool_size=2)  # pooled: the model reads the table after every step
     machine = type(f"Ordering{policy.value.title()}", (OrderingMachine,),
