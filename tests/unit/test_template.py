@@ -44,6 +44,10 @@ RELAY_FUNCTIONS = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
 DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
                          obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG,
                          obs.DELIVERY_LAG_MAX}
+#: Latency mode's poller handover (test_every_relay_metric_in_the_template_is_one_the_code_emits
+#: ties these names to the code's).
+SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
+HANDOVER_METRICS = {SECONDS_WITHOUT_POLLER, "SuccessorNotStarted", "LeasesTakenOver"}
 NAMESPACE = MODEL.metrics_namespace()
 dashboard_metrics = MODEL.dashboard_series
 alarm_metrics = MODEL.alarm_metrics
@@ -78,7 +82,8 @@ def test_dashboard_plots_the_relay_metrics_per_channel_next_to_lambda_errors_and
     series = dashboard_metrics()
     for channel, function in RELAY_FUNCTIONS.items():
         plotted = {name for ns, name, dims in series if ns == NAMESPACE and dims.get("channel") == channel}
-        assert DASHBOARD_PER_CHANNEL <= plotted, f"{channel}: missing {DASHBOARD_PER_CHANNEL - plotted}"
+        expected = DASHBOARD_PER_CHANNEL | HANDOVER_METRICS
+        assert expected <= plotted, f"{channel}: missing {expected - plotted}"
         lambda_metrics = {name for ns, name, dims in series
                           if ns == "AWS/Lambda" and dims == {"FunctionName": f"<{function}>"}}
         assert {"Errors", "Duration"} <= lambda_metrics, f"{function}: {lambda_metrics}"
@@ -96,7 +101,7 @@ def test_alarms_cover_errors_throttles_duration_dead_letters_and_backlog() -> No
     for channel in RELAY_FUNCTIONS:
         relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims["channel"] == channel}
         redis_only = {obs.MEMORY_FULL, obs.NOT_REPLICATED, obs.STREAM_FULL, obs.TRIMMED_UNACKNOWLEDGED}
-        expected = {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG}
+        expected = {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG, SECONDS_WITHOUT_POLLER}
         assert relay == (expected | redis_only if channel == "redis" else expected), channel
     assert any(ns == "AWS/SQS" and dims == {"QueueName": "<ScheduleDeadLetterQueue.QueueName>"}
                for _, ns, _, dims in watched)
@@ -118,6 +123,33 @@ def test_backlog_alarm_threshold_is_the_parameter_and_duration_alarm_is_relative
                 assert props["Threshold"] == expected, name
 
 
+@pytest.mark.parametrize("channel", list(RELAY_FUNCTIONS))
+def test_a_window_without_a_poller_alarms_per_channel_in_latency_mode(channel: str) -> None:
+    (name,) = [n for n, a in of_type("AWS::CloudWatch::Alarm").items()
+               if a["Properties"].get("MetricName") == SECONDS_WITHOUT_POLLER
+               and resolve(a["Properties"]["Dimensions"]) == [{"Name": "channel", "Value": channel},
+                                                              {"Name": "service", "Value": obs.SERVICE}]]
+    alarm = RESOURCES[name]
+    props = alarm["Properties"]
+    # only where latency mode's pollers run: the channel's lag-alarm condition
+    lag_condition = {"redis": "RedisLagAlarmed", "ses": "SesLagAlarmed"}[channel]
+    assert alarm["Condition"] == lag_condition
+    channels = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:r-AbCdEf",
+                "SesSenderIdentity": "example.com"}
+    for mode in Mode:
+        model = TemplateModel({**channels, "RelayMode": mode.value})
+        assert model.deployed(name) == (mode is Mode.LATENCY), mode
+    assert resolve(props["AlarmName"]) == f"outbox-prod-relay-{channel}-seconds-without-poller"
+    assert resolve(props["Namespace"]) == NAMESPACE
+    # any second without a poller, in one minute
+    assert props["Statistic"] == "Maximum" and props["Period"] == 60
+    assert props["EvaluationPeriods"] == 1 and props.get("DatapointsToAlarm", 1) == 1
+    assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+    assert props["TreatMissingData"] == "notBreaching"
+    for hint in ("SuccessorNotStarted", "Throttles", "dead-letter queue"):
+        assert hint in props["AlarmDescription"], hint
+
+
 def test_the_mode_the_poll_interval_and_the_reserved_concurrency_are_parameters() -> None:
     env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
     assert env["OUTBOX_MODE"] == {"Ref": "RelayMode"} and PARAMETERS["RelayMode"]["Default"] == "latency"
@@ -127,13 +159,20 @@ def test_the_mode_the_poll_interval_and_the_reserved_concurrency_are_parameters(
         {"Ref": "RedisReservedConcurrency"}
     assert RESOURCES["RelaySesFunction"]["Properties"]["ReservedConcurrentExecutions"] == \
         {"Ref": "SesReservedConcurrency"}
-    # two SES invocations at most: each paces at half the rate only while they overlap
-    assert PARAMETERS["SesReservedConcurrency"]["MaxValue"] == 2
-    # the default timeout outlives the default one-minute schedule, so latency invocations overlap
+    # latency mode: the current poller, the next scheduled run and a successor it started itself
+    # (SES pollers that overlap share the send rate through the registry)
+    assert PARAMETERS["RedisReservedConcurrency"]["Default"] == 3
+    assert PARAMETERS["SesReservedConcurrency"]["Default"] == PARAMETERS["SesReservedConcurrency"]["MaxValue"] == 3
+    # one poller outlives two periods of the default one-minute schedule plus a cold start
     assert PARAMETERS["RelayScheduleExpression"]["Default"] == "rate(1 minute)"
-    assert PARAMETERS["FunctionTimeoutSeconds"]["Default"] > 60 + Settings.model_fields[
+    assert PARAMETERS["FunctionTimeoutSeconds"]["Default"] == 150
+    assert PARAMETERS["FunctionTimeoutSeconds"]["Default"] > 2 * 60 + Settings.model_fields[
         "deadline_margin_seconds"].default
+    assert PARAMETERS["LeaseSeconds"]["Default"] == 180
     assert PARAMETERS["LeaseSeconds"]["Default"] > PARAMETERS["FunctionTimeoutSeconds"]["Default"]
+    # the claim, the outcome writes and the heartbeat each use a connection
+    env_pool = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["DATABASE_POOL_SIZE"]
+    assert env_pool == "3"
 
 
 def test_every_alarm_notifies_the_encrypted_topic_that_cloudwatch_may_use() -> None:
@@ -381,6 +420,31 @@ def test_ses_relay_may_call_exactly_the_ses_operations_its_code_calls() -> None:
         "arn:aws:ses:eu-west-1:123456789012:identity/<SesSenderIdentity>",
         "arn:aws:ses:eu-west-1:123456789012:configuration-set/<SesConfigurationSet>",
     ]
+
+
+@pytest.mark.parametrize("function", list(RELAY_FUNCTIONS.values()))
+def test_a_relay_may_invoke_itself_to_start_its_successor(function: str) -> None:
+    props = RESOURCES[function]["Properties"]
+    name = resolve(props["FunctionName"])
+    # the name its log group has
+    log_group = RESOURCES[props["LoggingConfig"]["LogGroup"]["Ref"]]
+    assert resolve(log_group["Properties"]["LogGroupName"]) == f"/aws/lambda/{name}"
+    (statement,) = [s for s in _statements(function) if any(a.startswith("lambda:") for a in _actions(s))]
+    assert statement["Sid"] == "StartMySuccessor"
+    assert _actions(statement) == ["lambda:InvokeFunction"]
+    # the one function, unqualified (the poller invokes AWS_LAMBDA_FUNCTION_NAME): no list, no wildcard
+    assert resolve(statement["Resource"]) == f"arn:aws:lambda:eu-west-1:123456789012:function:{name}"
+    # only where a poller starts successors
+    (policy,) = [p for p in props["Policies"] if p != {"Ref": "DatabaseAccessPolicy"}]
+    (conditional,) = [s for s in policy["Statement"] if "Fn::If" in s]
+    assert conditional["Fn::If"][0] == "IsLatencyMode" and conditional["Fn::If"][2] == {"Ref": "AWS::NoValue"}
+    # and Lambda neither retries nor runs late the successor it started, as for a schedule event
+    assert props["EventInvokeConfig"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}
+
+
+def test_only_the_relays_may_invoke_a_function() -> None:
+    for function in set(of_type("AWS::Serverless::Function")) - set(RELAY_FUNCTIONS.values()):
+        assert not [a for s in _statements(function) for a in _actions(s) if a.startswith("lambda:")], function
 
 
 def test_functions_run_in_the_vpc() -> None:
