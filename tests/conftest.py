@@ -65,7 +65,7 @@ def reused_db(servers: Servers, template_db: str) -> Iterator[str]:
     drop_database(servers.database_url, name)
 
 
-_EMPTY = text("TRUNCATE outbox_message, outbox_message_body RESTART IDENTITY")
+_EMPTY = text("TRUNCATE outbox_message, outbox_message_body, outbox_poller RESTART IDENTITY")
 
 
 @pytest.fixture

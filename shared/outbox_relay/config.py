@@ -137,7 +137,8 @@ class Settings(SdkEnvironment):
     )
     database_ca_bundle: str | None = Field(default=None, validation_alias="DATABASE_CA_BUNDLE")
     """PEM file of CA certificates for `verify-full` (the RDS global bundle)."""
-    database_pool_size: int = Field(default=2, ge=1, le=20, validation_alias="DATABASE_POOL_SIZE")
+    database_pool_size: int = Field(default=3, ge=1, le=20, validation_alias="DATABASE_POOL_SIZE")
+    """Connections kept per container: a latency-mode poller uses three at once (claim, outcome writes, heartbeat)."""
 
     # --- Redis ---
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
@@ -186,8 +187,15 @@ class Settings(SdkEnvironment):
     """Latency mode: the wait after a claim that found nothing, seconds."""
     poll_max_interval_seconds: float = Field(default=0.1, ge=0.01, le=60, allow_inf_nan=False)
     """Latency mode: the idle wait doubles up to this while claims keep finding nothing, seconds."""
-    handover_seconds: float = Field(default=10.0, ge=0, le=300, allow_inf_nan=False)
-    """SES: the first and last seconds of an invocation, when it paces at half the rate (an overlap)."""
+    poller_ttl_seconds: float = Field(default=5.0, ge=1, le=60, allow_inf_nan=False)
+    """Latency mode: a poller's registration expires this long after its last heartbeat
+    (it renews five times as often); then it counts as dead and its leases are taken over, seconds."""
+    successor_lead_seconds: float = Field(default=15.0, ge=1, le=450, allow_inf_nan=False)
+    """Latency mode: a poller with no newer one starts its successor this long before its deadline, seconds."""
+    self_invoke: bool = True
+    """OUTBOX_SELF_INVOKE: latency mode may start its successor by invoking its own function
+    (AWS_LAMBDA_FUNCTION_NAME, which Lambda sets; without it no successor is started)."""
+    function_name: str | None = Field(default=None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")
     metrics_interval_seconds: float = Field(default=10.0, ge=1, le=900, allow_inf_nan=False)
     """Drain and latency modes: metrics are flushed at least this often, seconds."""
 
@@ -231,6 +239,13 @@ class Settings(SdkEnvironment):
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
     retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
 
+    @property
+    def effective_successor_lead_seconds(self) -> float:
+        """OUTBOX_SUCCESSOR_LEAD_SECONDS; its default is cut to half a poller's time when that is shorter."""
+        if "successor_lead_seconds" in self.model_fields_set:
+            return self.successor_lead_seconds
+        return min(self.successor_lead_seconds, (self.function_timeout_seconds - self.deadline_margin_seconds) / 2)
+
     @model_validator(mode="after")
     def _check_relations(self) -> "Settings":
         if self.relays and self.lease_seconds <= self.function_timeout_seconds:
@@ -244,6 +259,17 @@ class Settings(SdkEnvironment):
                 f"OUTBOX_DEADLINE_MARGIN_SECONDS ({self.deadline_margin_seconds:g}s) must be shorter than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered"
             )
+        if self.relays and "successor_lead_seconds" in self.model_fields_set and \
+                self.successor_lead_seconds * 2 > self.function_timeout_seconds - self.deadline_margin_seconds:
+            # A poller must poll longer than the lead, or each would start its successor at once.
+            raise ValueError(
+                f"OUTBOX_SUCCESSOR_LEAD_SECONDS ({self.successor_lead_seconds:g}s) must be at most half of "
+                f"OUTBOX_FUNCTION_TIMEOUT_SECONDS minus OUTBOX_DEADLINE_MARGIN_SECONDS "
+                f"({self.function_timeout_seconds:g}s - {self.deadline_margin_seconds:g}s), or every poller "
+                "starts its successor soon after it starts")
+        if self.relays and self.poller_ttl_seconds >= self.lease_seconds:
+            raise ValueError(f"OUTBOX_POLLER_TTL_SECONDS ({self.poller_ttl_seconds:g}s) must be shorter than "
+                             f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s)")
         if self.poll_max_interval_seconds < self.poll_interval_seconds:
             raise ValueError("OUTBOX_POLL_MAX_INTERVAL_SECONDS must be >= OUTBOX_POLL_INTERVAL_SECONDS")
         if self.backoff_cap_seconds < self.backoff_base_seconds:
@@ -304,7 +330,7 @@ class MaintenanceSettings(Settings):
 
 
 _RELATION_VARS = (
-    "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
+    "OUTBOX_SUCCESSOR_LEAD_SECONDS", "OUTBOX_POLLER_TTL_SECONDS", "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
     "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "DATABASE_URL", "REDIS_URL", "OUTBOX_REDIS_DEDUPE_TTL_SECONDS",
     "OUTBOX_REDIS_TRIM", "OUTBOX_REDIS_WAIT_TIMEOUT_MS", "OUTBOX_REDIS_IAM_CACHE_NAME",
 )

@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import observability as obs
 from .errors import ConfigurationError, InvalidEventError
-from .models import Channel
+from .models import Channel, Mode
 from .modes import run_invocation
+from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
 from .publishers.base import Deadline
-from .relay import COUNTERS, Summary
+from .relay import COUNTERS, NO_TIME, Summary
 from .runtime import Dependencies
 from .store import lease_token
 
@@ -40,6 +41,8 @@ class ScheduleEvent(BaseModel):
     scheduled_time: str | None = Field(default=None, alias="scheduledTime")
     schedule_arn: str | None = Field(default=None, alias="scheduleArn")
     execution_id: str | None = Field(default=None, alias="executionId")
+    #: A latency-mode poller that started this invocation as its successor (its lease token).
+    predecessor: str | None = Field(default=None, max_length=200)
 
 
 def check_timeout(deps: Dependencies, context: Any) -> None:
@@ -94,6 +97,36 @@ class MetricsWindow:
             obs.emit(obs.DELIVERY_LAG, value)
 
 
+def _run_poller(deps: Dependencies, deadline: Deadline, owner: str,
+                window: MetricsWindow) -> tuple[Summary, Handover]:
+    """A latency-mode invocation as a poller of the handover (`pollers`): registered,
+    renewed by a heartbeat, gone when a newer poller polls, its successor started
+    near its deadline or on an early end."""
+    settings = deps.settings
+    handover = Handover(deps.pollers, owner, settings.channel, deadline,
+                        lead_seconds=settings.effective_successor_lead_seconds,
+                        start_successor=deps.start_successor, rate_shared=hasattr(deps.publisher, "share_rate"))
+    handover.start()
+    if hasattr(deps.publisher, "share_rate"):
+        deps.publisher.share_rate(handover.rate_share)
+
+    def progress(summary: Summary) -> None:
+        handover.emit_metrics()
+        window.maybe_flush(summary)
+
+    failed = True
+    try:
+        with HeartbeatThread(handover, settings.poller_ttl_seconds / BEATS_PER_TTL):
+            summary = run_invocation(deps.store, deps.publisher, deps.policy, handover.deadline(), owner,
+                                     on_progress=progress, may_claim=handover.may_claim)
+        failed = False
+    finally:
+        handover.finish(failed=failed)
+    if handover.leaving and summary.skipped == NO_TIME:
+        summary.skipped = None  # it left for a newer poller before it claimed anything
+    return summary, handover
+
+
 def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) -> dict[str, Any]:
     """Run one relay invocation for `deps.settings.channel` and return the summary dict.
 
@@ -113,8 +146,11 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     owner = lease_token(getattr(context, "aws_request_id", "local"))
     window = MetricsWindow(channel, deps.settings.metrics_interval_seconds)
 
-    summary = run_invocation(deps.store, deps.publisher, deps.policy, deadline, owner,
-                             on_progress=window.maybe_flush)
+    if deps.policy.mode is Mode.LATENCY and deps.pollers is not None:
+        summary, handover = _run_poller(deps, deadline, owner, window)
+    else:
+        summary, handover = run_invocation(deps.store, deps.publisher, deps.policy, deadline, owner,
+                                           on_progress=window.maybe_flush), None
     if summary.oldest_pending_age_seconds is None:
         # The outcome writes read it. With nothing recorded, a last claim that found
         # nothing says no message was due; else (a closed gate) it is read.
@@ -122,6 +158,9 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
             else deps.store.oldest_pending_age_seconds()
     result = summary.as_dict()
     result["oldest_pending_age_seconds"] = round(summary.oldest_pending_age_seconds, 3)
+    if handover is not None:
+        handover.emit_metrics()
+        result["handover"] = handover.summary()
 
     window.add(summary)
     counters = getattr(deps.publisher, "counters", None)

@@ -82,11 +82,13 @@ class RecordQueue:
 
 def run_invocation(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str, *,
                    on_progress: Callable[[Summary], None] | None = None,
-                   sleep: Callable[[float], Any] = time.sleep) -> Summary:
+                   sleep: Callable[[float], Any] = time.sleep,
+                   may_claim: Callable[[], bool] | None = None) -> Summary:
     """Run one invocation in `policy.mode` and return its summary.
 
     `on_progress(summary)` is called after every claim (the invocation flushes
-    its metrics from there); `sleep` waits the idle poll interval (tests pass a fake)."""
+    its metrics from there); `sleep` waits the idle poll interval (tests pass a fake);
+    in latency mode, while `may_claim()` is false the invocation waits instead of claiming."""
     begin = getattr(publisher, "begin", None)
     if begin is not None:
         begin(deadline)
@@ -96,16 +98,18 @@ def run_invocation(store: Store, publisher: Publisher, policy: RelayPolicy, dead
         return summary
     started = time.perf_counter()
     summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
-    run_pipelined(store, publisher, policy, deadline, owner, summary, on_progress=on_progress, sleep=sleep)
+    run_pipelined(store, publisher, policy, deadline, owner, summary, on_progress=on_progress, sleep=sleep,
+                  may_claim=may_claim)
     return finish(summary, started)
 
 
 def run_pipelined(store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str,
                   summary: Summary, *, on_progress: Callable[[Summary], None] | None = None,
-                  sleep: Callable[[float], Any]) -> None:
+                  sleep: Callable[[float], Any], may_claim: Callable[[], bool] | None = None) -> None:
     """Batches in `policy.mode` (drain or latency) until there is nothing more to do
     or the deadline; counts go to `summary`."""
     pipeline = _Pipeline(store, publisher, policy, deadline, owner, summary, sleep)
+    pipeline.may_claim = may_claim
     try:
         pipeline.run(on_progress)
     except BaseException:
@@ -128,6 +132,7 @@ class _Pipeline:
         self.idle = self.first_wait = policy.poll_interval_seconds / IDLE_RAMP
         self.turns = KeyTurns(skip_dead=getattr(store, "ordering_on_dead", OrderingOnDead.SKIP)
                               is OrderingOnDead.SKIP)
+        self.may_claim: Callable[[], bool] | None = None
 
     def claim(self) -> Batch | str:
         return claim_batch(self.store, self.publisher, self.policy, self.deadline, self.owner, self.summary,
@@ -146,6 +151,10 @@ class _Pipeline:
     def run(self, on_progress: Callable[[Summary], None] | None) -> None:
         policy, summary = self.policy, self.summary
         while True:
+            if self.next_batch is None and self.may_claim is not None and not self.may_claim():
+                if not self.wait_idle():
+                    return
+                continue
             batch = self.next_batch.result() if self.next_batch is not None else self.claim()
             self.next_batch = None
             if on_progress is not None:

@@ -66,6 +66,12 @@ NOT_REPLICATED = "NotReplicated"
 MEMORY_FULL = "RedisMemoryFull"
 STREAM_FULL = "StreamFull"
 TRIMMED_UNACKNOWLEDGED = "TrimmedUnacknowledged"
+# Latency mode's poller handover (per channel): seconds no poller was running before
+# this one registered; a successor that could not be started; messages whose dead
+# poller's lease was taken over at once.
+SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
+SUCCESSOR_NOT_STARTED = "SuccessorNotStarted"
+LEASES_TAKEN_OVER = "LeasesTakenOver"
 # Maintenance (daily, dimension channel)
 PENDING_DEPTH = "PendingDepth"
 DEAD_COUNT = "DeadCount"
@@ -90,6 +96,9 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     MEMORY_FULL: MetricUnit.Count,
     STREAM_FULL: MetricUnit.Count,
     TRIMMED_UNACKNOWLEDGED: MetricUnit.Count,
+    SECONDS_WITHOUT_POLLER: MetricUnit.Seconds,
+    SUCCESSOR_NOT_STARTED: MetricUnit.Count,
+    LEASES_TAKEN_OVER: MetricUnit.Count,
     PENDING_DEPTH: MetricUnit.Count,
     DEAD_COUNT: MetricUnit.Count,
     PURGED: MetricUnit.Count,

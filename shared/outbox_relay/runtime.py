@@ -15,7 +15,8 @@ from .backoff import Backoff
 from .config import Settings, get_settings
 from .db import create_relay_engine
 from .errors import ConfigurationError
-from .models import Channel
+from .models import Channel, Mode
+from .pollers import PollerRegistry, Registry, StartSuccessor, lambda_starter
 from .publishers.base import Publisher
 from .relay import RelayPolicy
 from .store import LeaseStore
@@ -30,6 +31,9 @@ class Dependencies:
     store: LeaseStore
     publisher: Publisher
     policy: RelayPolicy
+    #: Latency mode: the poller registry, and how a poller starts its successor (None: it starts none).
+    pollers: Registry | None = None
+    start_successor: StartSuccessor | None = None
 
 
 def redis_url(settings: Settings) -> str:
@@ -111,7 +115,12 @@ def get_dependencies() -> Dependencies:
     settings = get_settings()
     store = LeaseStore(get_engine(), settings.channel, default_max_attempts=settings.max_attempts,
                        error_max_chars=settings.error_max_chars, ordering_on_dead=settings.ordering_on_dead)
-    deps = Dependencies(settings, store, build_publisher(settings), build_policy(settings))
+    pollers, start_successor = None, None
+    if settings.mode is Mode.LATENCY:
+        pollers = PollerRegistry(get_engine(), settings.channel, settings.poller_ttl_seconds)
+        if settings.self_invoke and settings.function_name:
+            start_successor = lambda_starter(settings.function_name, settings.region)
+    deps = Dependencies(settings, store, build_publisher(settings), build_policy(settings), pollers, start_successor)
     settle_gc(settings.channel)
     return deps
 

@@ -218,3 +218,98 @@ SELECT count(*) FILTER (WHERE status = 'delivered'),
        (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c),
        string_agg(round(lag * 1000)::bigint::text, ',') FILTER (WHERE lag IS NOT NULL)
   FROM done
+
+-- name: poller_is_live
+-- Whether registration `p` is running: it has not left and renewed itself in time.
+p.left_at IS NULL AND p.expires_at > now()
+
+-- name: recent_pollers
+-- The registrations of :channel that may still be running (a Lambda invocation
+-- lasts at most 15 minutes), and the newest older one (what covered the channel
+-- last when none is): outbox_poller_channel_started_idx.
+SELECT p.* FROM outbox_poller p
+ WHERE p.channel = :channel AND p.started_at > now() - interval '15 minutes'
+UNION ALL
+(SELECT p.* FROM outbox_poller p
+  WHERE p.channel = :channel AND p.started_at <= now() - interval '15 minutes'
+  ORDER BY p.started_at DESC
+  LIMIT 1)
+
+-- name: register_poller
+-- Register latency-mode poller :owner of :channel until :ttl_seconds from now
+-- (renewed by renew_poller) with its deadline :deadline_seconds away; purge the
+-- channel's registrations older than a week. Returns the seconds no poller was
+-- running before it (NULL for the channel's first: nothing to measure from; a
+-- dead one covered until it last renewed) and how many others are live.
+WITH recent AS (
+    {{recent_pollers}}
+), prior AS (
+    SELECT max(CASE WHEN {{poller_is_live}} THEN now() ELSE coalesce(p.left_at, p.seen_at) END) AS covered,
+           count(*) FILTER (WHERE {{poller_is_live}}) AS live
+      FROM recent p
+), purge AS (
+    DELETE FROM outbox_poller WHERE channel = :channel AND started_at < now() - interval '7 days'
+), me AS (
+    INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds)
+    SELECT :owner, :channel, now(), now(), now() + make_interval(secs => :ttl_seconds),
+           now() + make_interval(secs => :deadline_seconds),
+           CASE WHEN prior.covered IS NOT NULL THEN greatest(EXTRACT(EPOCH FROM now() - prior.covered), 0)::float8 END
+      FROM prior
+    RETURNING gap_seconds
+)
+SELECT me.gap_seconds, prior.live FROM me, prior
+
+-- name: renew_poller
+-- Renew :owner's registration for :ttl_seconds and read the channel's other
+-- registrations: live ones newer than it (it should leave), live ones in all,
+-- older live ones that have not renewed since :aware_after (they may not have
+-- seen it yet), and expired ones whose leases nobody took over. One round trip
+-- a heartbeat; `registered` is false when the row is gone.
+WITH me AS (
+    UPDATE outbox_poller SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
+     WHERE owner = :owner
+    RETURNING owner, channel, started_at
+), recent AS (
+    {{recent_pollers}}
+)
+SELECT now()::text,
+       EXISTS (SELECT 1 FROM me),
+       count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) > (me.started_at, me.owner)),
+       count(*) FILTER (WHERE {{poller_is_live}} AND p.owner <> me.owner),
+       count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) < (me.started_at, me.owner)
+                          AND p.seen_at <= CAST(:aware_after AS timestamptz)),
+       count(*) FILTER (WHERE p.left_at IS NULL AND p.taken_over_at IS NULL AND p.expires_at <= now()
+                          AND p.owner <> me.owner)
+  FROM me LEFT JOIN recent p ON true
+
+-- name: take_over_pollers
+-- Take over the leases of :channel's pollers whose registration expired (dead:
+-- killed, out of memory, timed out): they expire now, so the next claim takes
+-- them (one at a time, as suspects), fenced as any expired lease. Each dead
+-- registration is taken over once. Leased rows through outbox_message_lease_expiry_idx.
+WITH dead AS (
+    UPDATE outbox_poller p SET taken_over_at = now()
+     WHERE p.channel = :channel AND p.started_at > now() - interval '15 minutes'
+       AND p.left_at IS NULL AND p.taken_over_at IS NULL AND p.expires_at <= now()
+    RETURNING p.owner
+), freed AS (
+    UPDATE outbox_message o SET lease_expires_at = now()
+     WHERE o.status = 'leased' AND o.channel = :channel AND o.lease_expires_at > now()
+       AND o.lease_owner IN (SELECT owner FROM dead)
+    RETURNING o.seq
+)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM freed)
+
+-- name: request_successor
+-- Note that :owner starts its successor: at most once, and only while no newer
+-- poller of its channel is live (that one is the successor already).
+UPDATE outbox_poller me SET successor_requested_at = now()
+ WHERE me.owner = :owner AND me.successor_requested_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM outbox_poller p
+                    WHERE p.channel = me.channel AND p.started_at >= me.started_at AND p.owner <> me.owner
+                      AND (p.started_at, p.owner) > (me.started_at, me.owner) AND {{poller_is_live}})
+RETURNING me.owner
+
+-- name: leave_poller
+-- :owner stops polling: its registration no longer counts as live.
+UPDATE outbox_poller SET left_at = now(), seen_at = now() WHERE owner = :owner AND left_at IS NULL

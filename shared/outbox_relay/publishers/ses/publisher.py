@@ -14,10 +14,9 @@ One invocation:
 
 An invocation of several batches (drain, latency) keeps one limiter for all
 of them, so the rate holds across batches, and asks GetAccount again only
-every `GATE_INTERVAL_SECONDS`. In its first and last `handover_seconds` it
-paces at half the rate: an invocation overlapping the next one's start (the
-latency mode's handover) then shares the account's rate with it instead of
-each using the whole of it.
+every `GATE_INTERVAL_SECONDS`. A latency-mode poller paces at its share of the
+rate (`share_rate`: one over the live pollers of the channel, from the poller
+registry), so pollers that overlap at a handover never exceed it together.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from ...email.addresses import address_of, parse_address
 from ...errors import ConfigurationError
-from ...models import Channel, ClaimedMessage, DeliveryResult, Mode
+from ...models import Channel, ClaimedMessage, DeliveryResult
 from ...observability import logger as log
 from ..base import Deadline, RecordResults
 from .client import create_ses_client, ses_timeouts, supports_simple_headers
@@ -56,7 +55,6 @@ class SesPublisher:
         max_send_rate: cap on the account's MaxSendRate, recipients per second, as SES
             counts its quotas (None: none).
         record_interval_seconds: longest wait of a completed send before it is recorded, seconds.
-        handover_seconds: the first and last seconds of an invocation paced at half the rate.
         clock: monotonic clock, seconds (tests may pass their own).
     """
 
@@ -67,7 +65,7 @@ class SesPublisher:
                  default_configuration_set: str | None = None, max_concurrency: int = 8,
                  record_group_size: int = 10, quota_deferral_seconds: float = 3600.0,
                  max_send_rate: float | None = None, record_interval_seconds: float = RECORD_INTERVAL_SECONDS,
-                 handover_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.default_sender = default_sender
         self.default_configuration_set = default_configuration_set
@@ -80,7 +78,7 @@ class SesPublisher:
             default_sender_address=address_of(default_sender) if default_sender else None,
             default_configuration_set=default_configuration_set,
         )
-        self.handover_seconds = float(handover_seconds)
+        self._share: Callable[[], float] | None = None
         self._clock = clock
         self._rate: float | None = None
         self._quota_left: int | None = None
@@ -98,15 +96,14 @@ class SesPublisher:
         """A new invocation: GetAccount again at the next gate, a new limiter."""
         self._begin(deadline)
 
+    def share_rate(self, share: Callable[[], float]) -> None:
+        """From now on, pace at `share()` (0..1) of the rate: a latency-mode poller's
+        share among the channel's live pollers (each poller sets its own)."""
+        self._share = share
+
     def rate_share(self) -> float:
-        """1, or 0.5 in the invocation's first and last `handover_seconds` (see the module docstring)."""
-        if self.handover_seconds <= 0:
-            return 1.0
-        if self._clock() - self._started < self.handover_seconds:
-            return 0.5
-        if self._deadline is not None and self._deadline.seconds_left() < self.handover_seconds:
-            return 0.5
-        return 1.0
+        """The share of the rate this invocation paces at (see `share_rate`)."""
+        return 1.0 if self._share is None else self._share()
 
     @property
     def max_concurrency(self) -> int:
@@ -232,5 +229,4 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
         quota_deferral_seconds=settings.ses_quota_deferral_seconds,
         max_send_rate=settings.ses_max_send_rate,
         # Only latency-mode invocations overlap the next one by design.
-        handover_seconds=settings.handover_seconds if settings.mode is Mode.LATENCY else 0.0,
     )
