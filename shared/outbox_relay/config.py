@@ -195,7 +195,9 @@ class Settings(SdkEnvironment):
     self_invoke: bool = True
     """OUTBOX_SELF_INVOKE: latency mode may start its successor by invoking its own function
     (AWS_LAMBDA_FUNCTION_NAME, which Lambda sets; without it no successor is started)."""
-    function_name: str | None = Field(default=None, validation_alias="AWS_LAMBDA_FUNCTION_NAME")
+    function_name: str | None = Field(default=None, validation_alias="AWS_LAMBDA_FUNCTION_NAME",
+                                      pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The function a latency-mode poller invokes to start its successor (Lambda sets it)."""
     metrics_interval_seconds: float = Field(default=10.0, ge=1, le=900, allow_inf_nan=False)
     """Drain and latency modes: metrics are flushed at least this often, seconds."""
 

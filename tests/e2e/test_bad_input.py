@@ -129,6 +129,7 @@ ENV: dict[str, list[Bad]] = {
                                   Bad("nan", "finite")],
     "OUTBOX_SUCCESSOR_LEAD_SECONDS": [Bad("0", "greater than or equal to 1"), Bad("400", "at most half")],
     "OUTBOX_SELF_INVOKE": [Bad("maybe", "true or false")],
+    "AWS_LAMBDA_FUNCTION_NAME": [Bad("my function", "should match pattern")],
     "OUTBOX_METRICS_INTERVAL_SECONDS": [Bad("0", "greater than or equal to 1")],
     "OUTBOX_BACKOFF_BASE_SECONDS": [Bad("nan", "finite")],
     "OUTBOX_BACKOFF_CAP_SECONDS": [Bad("0.5", "OUTBOX_BACKOFF_BASE_SECONDS")],

@@ -4,6 +4,7 @@ database: what each prints, and the rows afterwards."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -164,8 +165,32 @@ def test_stats_on_an_empty_outbox(outbox):
     assert run_json(outbox, "stats") == {"channels": [], "totals": {
         "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0, "discarded": 0,
         "dead_last_hour": 0, "dead_last_day": 0, "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0,
-        "oldest_pending_age_seconds": 0.0}}
+        "oldest_pending_age_seconds": 0.0}, "pollers": []}
     assert outbox("stats") == (0, "the outbox is empty\n")
+
+
+def test_stats_shows_the_pollers_live_now_and_the_last_window_without_one(outbox, app_engine, database_url):
+    from outbox_relay.models import Channel
+    from outbox_relay.pollers import PollerRegistry
+
+    # Given a poller that left, 0.4 s without one, then a poller polling now
+    seed(app_engine, "pending")
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT")  # as the relay's own
+    registry = PollerRegistry(engine, Channel.REDIS, ttl_seconds=5)
+    registry.register("first", 60)
+    registry.leave("first")
+    time.sleep(0.4)
+    registry.register("second", 60)
+    engine.dispose()
+
+    # When an operator asks for statistics
+    (pollers,) = run_json(outbox, "stats")["pollers"]
+    code, text_out = outbox("stats")
+
+    # Then the live poller and the window are there, in JSON and in the table
+    assert pollers["channel"] == "redis" and pollers["live"] == 1
+    assert 0.35 <= pollers["last_gap_seconds"] < 2.0 and 0 <= pollers["last_gap_ended_seconds_ago"] < 5
+    assert code == 0 and "latency-mode pollers" in text_out and f"{pollers['last_gap_seconds']:.1f}s" in text_out
 
 
 # ---------------------------------------------------------------- dead list

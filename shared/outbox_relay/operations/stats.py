@@ -22,13 +22,22 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
     count, p50, p99, max) of what was delivered in the last `lag_window_seconds`;
     all by the database clock.
 
-    Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…}}``.
+    Also, per channel with latency-mode pollers: how many are live now, and the
+    last window without a poller (its seconds, and how long ago it ended).
+
+    Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…},
+    "pollers": [{"channel": …, "live": …, "last_gap_seconds": …, "last_gap_ended_seconds_ago": …}]}``.
     """
     with engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(sql.operations.stats)]
         lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
                                                     {"window_seconds": float(lag_window_seconds)})}
         held = {r.channel: r for r in conn.execute(sql.operations.held_keys)}
+        pollers = [{"channel": r.channel, "live": int(r.live),
+                    "last_gap_seconds": None if r.last_gap_seconds is None else round(float(r.last_gap_seconds), 3),
+                    "last_gap_ended_seconds_ago": None if r.last_gap_ended_seconds_ago is None
+                    else round(float(r.last_gap_ended_seconds_ago), 1)}
+                   for r in conn.execute(sql.operations.pollers)]
     for r in rows:
         r["oldest_pending_age_seconds"] = round(float(r["oldest_pending_age_seconds"]), 3)
         keys = held.get(r["channel"])
@@ -43,7 +52,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
                 "dead_last_hour", "dead_last_day", "keys_waiting_for_retry", "keys_behind_dead_letter"):
         totals[key] = sum(r[key] for r in rows)
     totals["oldest_pending_age_seconds"] = max((r["oldest_pending_age_seconds"] for r in rows), default=0.0)
-    return {"channels": rows, "totals": totals}
+    return {"channels": rows, "totals": totals, "pollers": pollers}
 
 
 @dataclass(frozen=True, slots=True)

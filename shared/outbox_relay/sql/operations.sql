@@ -246,3 +246,19 @@ WITH doomed AS (
     RETURNING o.channel
 )
 SELECT channel, count(*) AS n FROM gone GROUP BY channel
+
+-- name: pollers
+-- Latency-mode pollers per channel (`outbox stats`): how many are live now, and
+-- the newest registration that found a window without a poller before it
+-- (outbox_poller_channel_started_idx; registrations are kept a week).
+SELECT c.channel,
+       (SELECT count(*) FROM outbox_poller p
+         WHERE p.channel = c.channel AND p.started_at > now() - interval '15 minutes' AND {{poller_is_live}}) AS live,
+       g.gap_seconds AS last_gap_seconds,
+       EXTRACT(EPOCH FROM now() - g.started_at)::float8 AS last_gap_ended_seconds_ago
+  FROM (SELECT DISTINCT channel FROM outbox_poller) c
+  LEFT JOIN LATERAL (SELECT p.gap_seconds, p.started_at FROM outbox_poller p
+                      WHERE p.channel = c.channel AND p.gap_seconds > 0
+                      ORDER BY p.started_at DESC
+                      LIMIT 1) g ON true
+ ORDER BY c.channel

@@ -46,7 +46,9 @@ def stats(as_json: bool, lag_window: str) -> None:
     leases, dead in the last hour and day, the keys held back (waiting for a
     retry of their first message; behind a dead letter, which holds them under
     OUTBOX_ORDERING_ON_DEAD=block), the oldest due pending message's age, and
-    the delivery lag of recent deliveries (p50, p99, max), all by the database clock."""
+    the delivery lag of recent deliveries (p50, p99, max), and the latency-mode
+    pollers of each channel (live now, the last window without one), all by the
+    database clock."""
     window = common.duration("--lag-window", lag_window)
     engine = common.engine(autocommit=True)
     try:
@@ -76,7 +78,18 @@ def stats(as_json: bool, lag_window: str) -> None:
                       str(ch["keys_waiting_for_retry"]), str(ch["keys_behind_dead_letter"]),
                       format_seconds(ch["oldest_pending_age_seconds"]),
                       *(_ms(lag.get(k)) for k in ("p50", "p99", "max")))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    if data["pollers"]:
+        pollers = Table(title="latency-mode pollers")
+        for col in ("channel", "live now", "last window without a poller", "ended"):
+            pollers.add_column(col, justify="right" if col != "channel" else "left")
+        for p in data["pollers"]:
+            gap = p["last_gap_seconds"]
+            pollers.add_row(p["channel"], str(p["live"]), "none in the last week" if gap is None
+                            else f"{gap:.1f}s" if gap < 60 else format_seconds(gap),
+                            "" if gap is None else f"{format_seconds(p['last_gap_ended_seconds_ago'])} ago")
+        console.print(pollers)
 
 
 def _message_ids(values: tuple[str, ...], hint: str) -> list[uuid.UUID]:
