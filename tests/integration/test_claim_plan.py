@@ -127,3 +127,36 @@ def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, re
     assert "outbox_message_key_active_idx" in {n.get("Index Name") for n in scans}
     walks = [n for n in scans if n.get("Index Name") == "outbox_message_pkey" and "ANY" not in n.get("Index Cond", "")]
     assert not walks and not [n for n in scans if "Seq Scan" in n["Node Type"]], scans
+
+
+def test_the_poller_registry_statements_use_their_indexes(app_engine):
+    # Given a realistic outbox and a week of registrations (one a minute, some dead ones now)
+    with app_engine.begin() as conn:
+        conn.execute(SEED, {"n": 50_000})
+        conn.execute(text(
+            "INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, left_at) "
+            "SELECT 'p' || i, CASE WHEN mod(i, 2) = 0 THEN 'redis' ELSE 'ses' END, now() - i * interval '30 s', "
+            "now() - i * interval '30 s', now() - i * interval '30 s' + interval '5 s', now(), "
+            "CASE WHEN i > 4 THEN now() - i * interval '30 s' + interval '60 s' END "
+            "FROM generate_series(1, 20000) AS i"))
+        for table in ("outbox_message", "outbox_poller"):
+            conn.execute(text(f"ANALYZE {table}"))
+
+    def explain(name: str, params: dict) -> list[dict]:
+        with app_engine.begin() as conn:  # EXPLAIN ANALYZE runs the statement: roll it back
+            (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.statement_text(name)), params).one()
+            conn.rollback()
+        return plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+
+    common = {"channel": "redis", "ttl_seconds": 5.0}
+    for name, params in (("register_poller", common | {"owner": "new", "deadline_seconds": 60.0}),
+                         ("renew_poller", common | {"owner": "p2", "aware_after": None}),
+                         ("take_over_pollers", {"channel": "redis"})):
+        nodes = explain(name, params)
+        # Then no table is read whole: the registry by channel and start, the outbox's leased rows by expiry
+        assert not [n for n in nodes if "Seq Scan" in n["Node Type"]], (name, nodes)
+        indexes = {n.get("Index Name") for n in nodes}
+        if name == "take_over_pollers":
+            assert "outbox_message_lease_expiry_idx" in indexes, indexes
+        else:
+            assert "outbox_poller_channel_started_idx" in indexes, (name, indexes)
