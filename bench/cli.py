@@ -11,6 +11,7 @@ section there; `--out` writes elsewhere) and are printed as tables.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -37,12 +38,43 @@ def _ints(value: str) -> list[int]:
     return values
 
 
+class _Number(click.ParamType):
+    """A finite number within bounds; refused with one line naming the option (exit status 2)."""
+
+    def __init__(self, what: str, *, at_most: float | None = None, positive: bool = False,
+                 integer: bool = False) -> None:
+        self.name = what
+        self.at_most, self.positive, self.integer = at_most, positive, integer
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float | int:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value)) if self.integer else float(str(value))
+            except ValueError:
+                number = None
+        low = "greater than 0" if self.positive else "0 or more"
+        high = "" if self.at_most is None else f" and at most {self.at_most:g}"
+        if number is None or not math.isfinite(number) or (number <= 0 if self.positive else number < 0) \
+                or (self.at_most is not None and number > self.at_most):
+            self.fail(f"expected {self.name}, {low}{high}, got {value!r}", param, ctx)
+        return number
+
+
+SECONDS = _Number("a number of seconds")
+POSITIVE_SECONDS = _Number("a number of seconds", positive=True)
+FRACTION = _Number("a fraction", at_most=1.0)
+COUNT = _Number("a whole number", positive=True, integer=True)
+SEED = _Number("a whole number", integer=True)
+
+
 class Config:
     """Sizes of every section; `--quick` shrinks them all."""
 
     def __init__(self, quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                  processes: str | None, streams: int, rates: str | None = None,
-                 latency_seconds: float | None = None) -> None:
+                 latency_seconds: float | None = None, scheduler: dict[str, Any] | None = None) -> None:
         self.quick = quick
         self.n = n or (1_000 if quick else 50_000)
         self.batch_sizes = _ints(batch_sizes) if batch_sizes else [10, 100, 500, 1000, 5000]
@@ -56,7 +88,7 @@ class Config:
         self.latency = dict(
             rates=_ints(rates) if rates else ([100, 1000] if quick else [100, 1000, 10000]),
             seconds=latency_seconds or (8.0 if quick else 130.0),
-            period=3.0 if quick else 30.0, timeout=5.0 if quick else 40.0, margin=1.0 if quick else 5.0,
+            model=scheduler_model(quick, **(scheduler or {})), producers=(scheduler or {}).get("producers"),
             batch_size=1000, idle_seconds=2.0 if quick else 10.0, idle_history=5_000 if quick else 100_000)
         self.streams = payloads.STREAMS[:max(1, min(streams, len(payloads.STREAMS)))]
         self.growth = (dict(small=1_000, large=5_000, pending_small=200, pending_large=200, many_pending=2_000,
@@ -73,6 +105,29 @@ class Config:
                           batch_size=max(self.batch_sizes) if batch_sizes else 1000,
                           streams=10 if quick else 100, failover_n=n or (2_000 if quick else 20_000),
                           wait_samples=50 if quick else 500)
+
+
+def scheduler_model(quick: bool, *, start_jitter: float = 0.0, missed_runs: float = 0.0, cold_start: float = 0.0,
+                    reserved_concurrency: int = 3, period: float | None = None, function_timeout: float | None = None,
+                    lease: float | None = None, deadline_margin: float | None = None, seed: int | None = None,
+                    **_: Any) -> Any:
+    """The latency section's scheduler and function settings: the template's defaults
+    (rate(1 minute), timeout 150 s, lease 180 s, margin 5 s) unless options say otherwise;
+    `--quick` shortens them (a poller still outlives a period, so no successor is needed)."""
+    from .lambda_model import SchedulerModel
+
+    timeout = function_timeout or (10.0 if quick else 150.0)
+    margin = deadline_margin if deadline_margin is not None else (1.0 if quick else 5.0)
+    if margin >= timeout:
+        raise click.BadParameter(f"must be shorter than the function timeout ({timeout:g} s), got {margin:g}",
+                                 param_hint="'--deadline-margin'")
+    lease = lease or timeout + 30.0
+    if lease <= timeout:
+        raise click.BadParameter(f"must be longer than the function timeout ({timeout:g} s), got {lease:g}",
+                                 param_hint="'--lease'")
+    return SchedulerModel(period=period or (3.0 if quick else 60.0), start_jitter=start_jitter,
+                          missed_runs=missed_runs, cold_start=cold_start, reserved_concurrency=reserved_concurrency,
+                          timeout=timeout, lease=lease, margin=margin, seed=seed)
 
 
 def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix: str, keep: bool,
@@ -154,14 +209,21 @@ def _latency(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     from .latency import run_latency
 
     result = run_latency(env, streams=cfg.streams, **cfg.latency)
-    for r in result["runs"]:
-        lag = r["lag_ms"]
-        console.print(f"  offered {r['offered_per_second']:>6,}/s: delivered {r['delivered_per_second']:,.1f}/s, "
-                      f"lag p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms over {r['handovers']} "
-                      f"handovers{'' if r['sustained'] else ' (not sustained)'}")
+    for entry in result["models"].values():
+        console.print(f"  {entry['label']}:")
+        for r in entry["runs"]:
+            lag, inv, gap = r["lag_ms"], r["invocations"], r["without_poller"]
+            console.print(
+                f"  offered {r['offered_per_second']:>6,}/s: delivered {r['delivered_per_second']:,.1f}/s, "
+                f"lag p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms; "
+                f"{gap.get('registry_seconds', '–')} s without a poller (bench: {gap['bench_seconds']} s); "
+                f"{r['poller_seconds_per_second']} poller-s/s; started by schedule {inv['by_schedule']}, "
+                f"by self-invoke {inv['by_self_invoke']}, missed {inv['missed']}, throttled {inv['throttled']}; "
+                f"duplicates {r['duplicates']}, lost {r['lost']}{'' if r['sustained'] else ' (not sustained)'}")
     idle = result["idle"]
     console.print(f"  idle: {idle['statements_per_poll']} statements and {idle['redis_round_trips_per_poll']} Redis "
-                  f"round trips per poll, {idle['polls_per_second']} polls/s")
+                  f"round trips per poll, {idle['polls_per_second']} polls/s, "
+                  f"{idle.get('registry_statements_per_second')} registry statements/s")
     return result
 
 
@@ -287,6 +349,30 @@ def _common(f: Callable) -> Callable:
                      "100,1000,10000; the highest is lowered until the machine sustains it)."),
         click.option("--latency-seconds", type=float, default=None,
                      help="How long the producer runs at each rate (default 130; quick 8)."),
+        click.option("--period", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
+                     help="Latency: seconds between scheduled slots (default 60, the template's rate(1 minute); "
+                     "quick 3)."),
+        click.option("--start-jitter", type=SECONDS, default=0.0, metavar="SECONDS",
+                     help="Latency: each scheduled run starts uniformly at random within this many seconds after "
+                     "its slot (default 0: on its slot)."),
+        click.option("--missed-runs", type=FRACTION, default=0.0, metavar="FRACTION",
+                     help="Latency: this share of the scheduled runs never starts, chosen at random (default 0)."),
+        click.option("--cold-start", type=SECONDS, default=0.0, metavar="SECONDS",
+                     help="Latency: each invocation waits this long before its handler runs, counted against its "
+                     "timeout (default 0)."),
+        click.option("--reserved-concurrency", type=COUNT, default=3, show_default=True, metavar="N",
+                     help="Latency: invocations at once; one more is throttled (retried within 60 s)."),
+        click.option("--function-timeout", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
+                     help="Latency: the function's timeout (default 150, the template's; quick 10)."),
+        click.option("--lease", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
+                     help="Latency: OUTBOX_LEASE_SECONDS (default the timeout + 30, as the template's 180)."),
+        click.option("--deadline-margin", type=SECONDS, default=None, metavar="SECONDS",
+                     help="Latency: OUTBOX_DEADLINE_MARGIN_SECONDS (default 5; quick 1)."),
+        click.option("--producers", type=COUNT, default=None, metavar="N",
+                     help="Latency: producer processes sharing the offered rate (default one per 500 msg/s, "
+                     "at most 4)."),
+        click.option("--seed", type=SEED, default=None, metavar="N",
+                     help="Latency: seed of the scheduler's random draws (default: a new one, recorded)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
@@ -311,8 +397,8 @@ def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
     @_common
     def command(quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                 processes: str | None, rates: str | None, latency_seconds: float | None, streams: int,
-                database_name: str, prefix: str, keep: bool, out: Path) -> None:
-        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds)
+                database_name: str, prefix: str, keep: bool, out: Path, **scheduler: Any) -> None:
+        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler)
         merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
                               out=out, console=_console())
         failed = [s for s in sections if isinstance(merged.get(s), dict) and not _checks_ok(merged[s])]
@@ -341,7 +427,8 @@ _make("limit", ("limit",), "The minimal loop (claim 1,000, pipelined XADD, one U
 _make("drain", ("limit", "drain"), "The minimal loop, then drain mode in one invocation at batch 100 and 1,000 "
       "(or --batch-sizes) and in two at once, as ratios to it.")
 _make("latency", ("limit", "latency"), "Commit-to-stream lag under a steady offered rate with latency-mode "
-      "invocations handing over every period, and the idle cost.")
+      "pollers handing over, started as AWS's scheduler starts them (--start-jitter, --missed-runs, --cold-start) "
+      "or themselves, seconds without a poller, and the idle cost.")
 _make("ordering", ("limit", "ordering"), "Per-key ordering's cost: one drain-mode invocation at batch 1,000 "
       "without keys and over 10,000, 100 and 1 keys (median of 3 interleaved rounds), and two at once over "
       "10,000 keys; order checked in the stream.")

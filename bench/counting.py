@@ -13,22 +13,33 @@ from sqlalchemy import Engine, event
 class StatementCounter:
     """Counts statements executed on an engine (`before_cursor_execute`).
 
-    `take()` returns the count since the last `take()` and starts again.
+    `take()` returns the count since the last `take()` and starts again. With
+    `apart`, statements whose text contains it are counted apart (`take_apart()`)
+    and not by `take()`.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, apart: str | None = None) -> None:
         self.engine = engine
-        self.count = 0
+        self.apart = apart
+        self.count = self.apart_count = 0
         self._lock = threading.Lock()
         event.listen(engine, "before_cursor_execute", self._on_execute)
 
-    def _on_execute(self, *args: Any, **kwargs: Any) -> None:
+    def _on_execute(self, conn: Any, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
         with self._lock:
-            self.count += 1
+            if self.apart is not None and self.apart in statement:
+                self.apart_count += 1
+            else:
+                self.count += 1
 
     def take(self) -> int:
         with self._lock:
             n, self.count = self.count, 0
+        return n
+
+    def take_apart(self) -> int:
+        with self._lock:
+            n, self.apart_count = self.apart_count, 0
         return n
 
     def remove(self) -> None:

@@ -100,7 +100,7 @@ def relay(env: BenchEnv, batch_size: int, *, channel: str = "redis", timeout_sec
         deps = runtime.get_dependencies()
         if prepare is not None:
             prepare(deps)
-        statements = StatementCounter(runtime.get_engine())
+        statements = StatementCounter(runtime.get_engine(), apart="outbox_poller")
         client = getattr(deps.publisher, "client", None)
         round_trips = RoundTripCounter(client) if channel == "redis" and client is not None else None
         log_handler = obs.logger.registered_handler

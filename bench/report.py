@@ -36,9 +36,56 @@ TARGETS = {
 }
 
 
-def _latency_run(results: dict[str, Any], rate: int | None = None) -> dict[str, Any] | None:
-    """The latency run at `rate`, or (None) the highest rate that was sustained."""
-    runs = results.get("latency", {}).get("runs", [])
+def latency_models(section: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The latency section's scheduler models, punctual first. A section written
+    before the poller registry (one punctual schedule, each invocation running to
+    its deadline) is read as one punctual model."""
+    if not section:
+        return []
+    if "models" in section:
+        entries = list(section["models"].values())
+    elif section.get("runs"):
+        entries = [{"model": {"key": "punctual", "punctual": True}, "before_registry": True,
+                    "label": f"punctual: each run starts on its slot, every {section['period_seconds']:g} s "
+                             f"(before the poller registry: each invocation ran until its deadline, overlapping "
+                             f"the next by {section['overlap_seconds']:g} s)",
+                    "period_seconds": section["period_seconds"], "timeout_seconds": section["timeout_seconds"],
+                    "margin_seconds": section["margin_seconds"], "lease_seconds": section["timeout_seconds"] + 60,
+                    "reserved_concurrency": None, "batch_size": section.get("batch_size"),
+                    "seconds": max((r["seconds"] for r in section["runs"]), default=None),
+                    "runs": section["runs"], "started_at": section.get("started_at"),
+                    "load_average_at_start": section.get("load_average_at_start")}]
+    else:
+        entries = []
+    return sorted(entries, key=lambda e: (e["model"]["key"] != "punctual", e["model"]["key"]))
+
+
+def merge_latency(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The latency section of a new run with the models of `old` it did not run
+    (a run replaces only its own scheduler model's figures)."""
+    models = {e["model"]["key"]: e for e in latency_models(old)}
+    models.update(new.get("models", {}))
+    return dict(new, models=models)
+
+
+def model_tag(entry: dict[str, Any]) -> str:
+    """A short name of a scheduler model, for target lines."""
+    m = entry["model"]
+    if m["key"] == "punctual":
+        return "punctual schedule"
+    parts = []
+    if m.get("start_jitter"):
+        parts.append(f"starts within {m['start_jitter']:g} s")
+    if m.get("missed_runs"):
+        parts.append(f"{m['missed_runs']:.0%} missed")
+    if m.get("cold_start"):
+        parts.append(f"{m['cold_start']:g} s cold starts")
+    return ", ".join(parts)
+
+
+def _latency_run(entry: dict[str, Any], rate: int | None = None) -> dict[str, Any] | None:
+    """A model's latency run at `rate`, or (None) the highest rate that was sustained."""
+    runs = entry.get("runs", [])
     if rate is not None:
         return next((r for r in runs if r["offered_per_second"] == rate), None)
     sustained = [r for r in runs if r["sustained"]]
@@ -52,31 +99,37 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     def add(name: str, target: str, value: Any, met: bool | None) -> None:
         checks.append({"target": name, "goal": target, "measured": value, "met": met})
 
-    at_1000 = _latency_run(results, 1000)
-    if at_1000:
-        lag = at_1000["lag_ms"]
-        add("Latency mode at 1,000 msg/s: commit-to-entry lag p50", f"<= {TARGETS['latency_1000_p50_ms']} ms",
-            lag["p50"], lag["p50"] is not None and lag["p50"] <= TARGETS["latency_1000_p50_ms"])
-        add("... p99", f"<= {TARGETS['latency_1000_p99_ms']} ms",
-            lag["p99"], lag["p99"] is not None and lag["p99"] <= TARGETS["latency_1000_p99_ms"])
-        add("... max, across invocation handovers", f"<= {TARGETS['latency_1000_max_ms']:,} ms",
-            lag["max"], lag["max"] is not None and lag["max"] <= TARGETS["latency_1000_max_ms"])
-    runs = results.get("latency", {}).get("runs", [])
-    if runs:
-        top = _latency_run(results)
-        asked = max(r["offered_per_second"] for r in runs)
-        measured = None if top is None else (f"{top['offered_per_second']:,} msg/s sustained, "
-                                             f"p99 {top['lag_ms']['p99']} ms")
-        add(f"Latency mode at {asked:,} msg/s (or the highest sustained): p99, and delivered = offered",
-            f"<= {TARGETS['latency_top_p99_ms']:,} ms", measured,
-            None if top is None else (top["lag_ms"]["p99"] <= TARGETS["latency_top_p99_ms"]
-                                      and top["offered_per_second"] == asked))
-        idle = results["latency"].get("idle") or {}
-        per_poll = idle.get("statements_per_poll")
-        add("Idle latency-mode invocation: statements per poll, claim without Seq Scan",
-            f"<= {TARGETS['idle_statements_per_poll']:g}, index scans only",
-            None if per_poll is None else f"{per_poll:g} ({idle.get('polls_per_second')} polls/s; "
-                                          f"{', '.join(idle.get('claim_plan_index_scans', []))})",
+    for entry in latency_models(results.get("latency")):
+        tag = model_tag(entry)
+        at_1000 = _latency_run(entry, 1000)
+        if at_1000:
+            lag = at_1000["lag_ms"]
+            add(f"Latency mode at 1,000 msg/s ({tag}): commit-to-entry lag p50",
+                f"<= {TARGETS['latency_1000_p50_ms']} ms",
+                lag["p50"], lag["p50"] is not None and lag["p50"] <= TARGETS["latency_1000_p50_ms"])
+            add("... p99", f"<= {TARGETS['latency_1000_p99_ms']} ms",
+                lag["p99"], lag["p99"] is not None and lag["p99"] <= TARGETS["latency_1000_p99_ms"])
+            add("... max, across invocation handovers", f"<= {TARGETS['latency_1000_max_ms']:,} ms",
+                lag["max"], lag["max"] is not None and lag["max"] <= TARGETS["latency_1000_max_ms"])
+        runs = entry.get("runs", [])
+        if runs:
+            top = _latency_run(entry)
+            asked = max(r["offered_per_second"] for r in runs)
+            measured = None if top is None else (f"{top['offered_per_second']:,} msg/s sustained, "
+                                                 f"p99 {top['lag_ms']['p99']} ms")
+            add(f"Latency mode at {asked:,} msg/s (or the highest sustained; {tag}): p99, and delivered = offered",
+                f"<= {TARGETS['latency_top_p99_ms']:,} ms", measured,
+                None if top is None else (top["lag_ms"]["p99"] <= TARGETS["latency_top_p99_ms"]
+                                          and top["offered_per_second"] == asked))
+    idle = (results.get("latency") or {}).get("idle") or {}
+    per_poll = idle.get("statements_per_poll")
+    if idle:
+        heartbeat = idle.get("registry_statements_per_second")
+        add("Idle latency-mode invocation: statements per poll (the registry's heartbeat apart), claim without "
+            "Seq Scan", f"<= {TARGETS['idle_statements_per_poll']:g}, index scans only",
+            None if per_poll is None else f"{per_poll:g} ({idle.get('polls_per_second')} polls/s"
+                                          + ("" if heartbeat is None else f", {heartbeat:g} registry statements/s")
+                                          + f"; {', '.join(idle.get('claim_plan_index_scans', []))})",
             None if per_poll is None else (per_poll <= TARGETS["idle_statements_per_poll"]
                                            and not idle.get("claim_plan_seq_scans")))
     drain = results.get("drain", {})
@@ -173,6 +226,8 @@ def write(results: dict[str, Any], path: Path = LATEST) -> Path:
             merged = json.loads(path.read_text())
         except ValueError:
             merged = {}
+    if "latency" in results and isinstance(merged.get("latency"), dict):
+        results = dict(results, latency=merge_latency(merged["latency"], results["latency"]))
     merged.update(results)
     merged["targets"] = evaluate(merged)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,22 +306,20 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         console.print(t)
     lat = results.get("latency")
     if lat:
-        t = Table(title=f"Latency mode: a new invocation every {lat['period_seconds']:g} s, each "
-                        f"{lat['timeout_seconds']:g} s long (overlap {lat['overlap_seconds']:g} s); lag in ms")
-        for col in ("offered/s", "delivered/s", "seconds", "handovers", "lag p50", "p99", "max",
-                    "recorded p50", "p99", "handover max", "sustained", "check"):
-            t.add_column(col, justify="right")
-        for r in lat["runs"]:
-            lag, rec = r["lag_ms"], r["recorded_lag_ms"]
-            t.add_row(_fmt(r["offered_per_second"]), _fmt(r["delivered_per_second"]), _fmt(r["seconds"]),
-                      _fmt(r["handovers"]), _fmt(lag["p50"]), _fmt(lag["p99"]), _fmt(lag["max"]), _fmt(rec["p50"]),
-                      _fmt(rec["p99"]), _fmt(max(r["handover_max_lag_ms"], default=None)),
-                      _fmt(r["sustained"]), "ok" if r["check"]["ok"] else "FAILED")
-        console.print(t)
+        for entry in latency_models(lat):
+            t = Table(title=f"Latency mode, {entry['label']}; {_function_settings(entry)}; lag in ms")
+            for col in ("offered/s", "committed/s", "delivered/s", "lag p50", "p99", "max", "no poller s",
+                        "(bench)", "longest", "pollers", "sched", "self", "missed", "throttled", "dup", "lost",
+                        "check"):
+                t.add_column(col, justify="right")
+            for r in entry["runs"]:
+                t.add_row(*_latency_cells(r)[:-1], "ok" if r["check"]["ok"] else "FAILED")
+            console.print(t)
         idle = lat.get("idle")
         if idle:
             console.print(f"  idle: {idle['polls']} polls in {idle['seconds']} s, {idle['statements_per_poll']} "
-                          f"statements and {idle['redis_round_trips_per_poll']} Redis round trips per poll; "
+                          f"statements and {idle['redis_round_trips_per_poll']} Redis round trips per poll, "
+                          f"{_fmt(idle.get('registry_statements'))} registry statements; "
                           f"claim {idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}")
     ordering = results.get("ordering")
     if ordering:
@@ -405,6 +458,40 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         console.print(t)
 
 
+LATENCY_COLUMNS = ("offered msg/s", "committed msg/s", "delivered msg/s", "lag p50", "p99", "max",
+                   "s without a poller: registry", "bench", "longest gap s", "poller-s per s",
+                   "started by schedule", "by self-invoke", "missed", "throttled", "duplicates", "lost",
+                   "sustained")
+
+
+def _function_settings(entry: dict[str, Any]) -> str:
+    parts = [f"timeout {entry['timeout_seconds']:g} s", f"lease {entry['lease_seconds']:g} s",
+             f"deadline margin {entry['margin_seconds']:g} s"]
+    if entry.get("reserved_concurrency"):
+        parts.append(f"reserved concurrency {entry['reserved_concurrency']}")
+    return ", ".join(parts)
+
+
+def _latency_cells(r: dict[str, Any]) -> list[str]:
+    """A latency run's row: the figures of LATENCY_COLUMNS ("–" where a run from
+    before the poller registry has none)."""
+    lag = r["lag_ms"]
+    gap = r.get("without_poller") or {}
+    inv = r.get("invocations") if isinstance(r.get("invocations"), dict) else {}
+    throttled = inv.get("throttled")
+    if throttled is not None and inv.get("dropped"):
+        throttled = f"{throttled} ({inv['dropped']} dropped)"
+    committed = r.get("sent_per_second") or (round(r["sent"] / r["seconds"], 1) if r.get("seconds") else None)
+    return [_fmt(r["offered_per_second"]), _fmt(committed), _fmt(r["delivered_per_second"]),
+            _fmt(lag["p50"]), _fmt(lag["p99"]), _fmt(lag["max"]), _fmt(gap.get("registry_seconds")),
+            _fmt(gap.get("bench_seconds")),
+            _fmt(max((v for v in (gap.get("registry_longest_seconds"), gap.get("bench_longest_seconds"))
+                      if v is not None), default=None)),
+            _fmt(r.get("poller_seconds_per_second")), _fmt(inv.get("by_schedule")), _fmt(inv.get("by_self_invoke")),
+            _fmt(inv.get("missed")), _fmt(throttled), _fmt(r.get("duplicates")), _fmt(r.get("lost")),
+            _fmt(r["sustained"])]
+
+
 def _phases(results: dict[str, Any]) -> dict[str, Any] | None:
     """The phases section, unless it comes from a results file written before
     its steps were renamed (its figures meant something else)."""
@@ -453,27 +540,29 @@ def markdown(results: dict[str, Any]) -> str:
         out.append("")
     lat = results.get("latency")
     if lat:
-        out.append(f"Latency mode (`python -m bench latency`; a producer process commits at the offered rate "
-                   f"for the given seconds; a new invocation every {lat['period_seconds']:g} s, each "
-                   f"{lat['timeout_seconds']:g} s long, so each overlaps the next by {lat['overlap_seconds']:g} s; "
-                   f"lag from commit to stream entry, and to the recorded delivery, ms{_when(lat)}):")
-        out.append("")
-        out.append("| offered msg/s | delivered msg/s | seconds | handovers | lag p50 | p99 | max "
-                   "| recorded p50 | recorded p99 | worst near a handover | sustained |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for r in lat["runs"]:
-            lag, rec = r["lag_ms"], r["recorded_lag_ms"]
-            out.append(f"| {r['offered_per_second']:,} | {_fmt(r['delivered_per_second'])} | {_fmt(r['seconds'])} "
-                       f"| {r['handovers']} | {_fmt(lag['p50'])} | {_fmt(lag['p99'])} | {_fmt(lag['max'])} "
-                       f"| {_fmt(rec['p50'])} | {_fmt(rec['p99'])} | {_fmt(max(r['handover_max_lag_ms'], default=None))} "
-                       f"| {_fmt(r['sustained'])} |")
-        out.append("")
+        for entry in latency_models(lat):
+            legacy = entry.get("before_registry")
+            out.append(f"Latency mode, {entry['label']} (`python -m bench latency`; {_function_settings(entry)}; "
+                       f"{'a producer process commits' if legacy else 'producer processes commit'} at the offered "
+                       f"rate for {_fmt(entry.get('seconds'))} s in small transactions; lag from commit to stream "
+                       f"entry, ms"
+                       + ("" if legacy else "; seconds without a poller in the producer's time, from the registry "
+                          "and from when the bench's invocations ran") + f"{_when(entry)}):")
+            out.append("")
+            out.append("| " + " | ".join(LATENCY_COLUMNS) + " |")
+            out.append("|" + "---:|" * (len(LATENCY_COLUMNS) - 1) + "---|")
+            for r in entry["runs"]:
+                out.append("| " + " | ".join(_latency_cells(r)) + " |")
+            out.append("")
         idle = lat.get("idle")
         if idle:
             out.append(f"Idle (one latency-mode invocation, {idle['seconds']} s, nothing to deliver among "
                        f"{idle.get('history_rows', 0):,} delivered rows): "
                        f"{idle['polls']} polls, {_fmt(idle['statements_per_poll'])} statements and "
-                       f"{_fmt(idle['redis_round_trips_per_poll'])} Redis round trips per poll; the claim ran in "
+                       f"{_fmt(idle['redis_round_trips_per_poll'])} Redis round trips per poll"
+                       + ("" if idle.get("registry_statements") is None else
+                          f", and {idle['registry_statements']} statements of the poller registry (registration, "
+                          f"heartbeats, leaving)") + "; the claim ran in "
                        f"{idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}, "
                        f"sequential scans: {', '.join(idle['claim_plan_seq_scans']) or 'none'}.")
             out.append("")
@@ -625,25 +714,42 @@ MODES_END = "<!-- /bench:modes -->"
 # The template's defaults the cost columns are computed from (template.yaml; a test checks them).
 SCHEDULE_PERIOD_SECONDS = 60
 FUNCTION_MEMORY_GB = 0.5
-FUNCTION_TIMEOUT_SECONDS = 70
+FUNCTION_TIMEOUT_SECONDS = 150
 DEADLINE_MARGIN_SECONDS = 5
 BATCH_SIZE = 500
 POLL_INTERVAL_SECONDS = 0.1
 SECONDS_PER_MONTH = 30 * 86400
 
 
+def _modes_entry(lat: dict[str, Any]) -> dict[str, Any] | None:
+    """The latency model the README's table quotes: the latest run of a model of
+    AWS's scheduler (late and missed runs, cold starts) if any, else the punctual one."""
+    entries = latency_models(lat)
+    rough = [e for e in entries if e["model"]["key"] != "punctual"]
+    if rough:
+        return max(rough, key=lambda e: e.get("started_at") or "")
+    return entries[0] if entries else None
+
+
 def modes_table(results: dict[str, Any]) -> str:
     """The README's table of what each mode costs and delivers, per channel, at the
-    template's defaults: costs computed, lag and throughput from the results file."""
+    template's defaults: batch and drain costs computed, latency mode's cost from the
+    measured poller-seconds, lag and throughput from the results file."""
     invocations = SECONDS_PER_MONTH // SCHEDULE_PERIOD_SECONDS
-    latency_run = FUNCTION_TIMEOUT_SECONDS - DEADLINE_MARGIN_SECONDS
     lat = results.get("latency", {})
     idle = lat.get("idle") or {}
     idle_run = (idle.get("batch_invocation_ms") or 0) / 1000.0  # a warm batch-mode invocation, nothing due
     drain = results.get("drain", {}) if results.get("drain", {}).get("mode") == "drain" else {}
     drained = next((r["messages_per_second"] for r in drain.get("runs", []) if r["batch_size"] == 1000), None)
-    at = {r["offered_per_second"]: r for r in lat.get("runs", [])}
-    top = _latency_run(results)
+    entry = _modes_entry(lat)
+    runs = entry["runs"] if entry else []
+    at = {r["offered_per_second"]: r for r in runs}
+    top = _latency_run(entry) if entry else None
+    measured = [r for r in runs if r.get("poller_seconds_per_second") is not None]
+    seconds = sum(r["seconds"] for r in measured)
+    pollers = sum(r["poller_seconds_per_second"] * r["seconds"] for r in measured) / seconds if seconds else None
+    started = sum(r["invocations"]["by_self_invoke"] for r in measured) / seconds if seconds else None
+    without = sum(r["without_poller"].get("registry_seconds") or 0.0 for r in measured)
 
     def lag(rate: int) -> str:
         run = at.get(rate)
@@ -661,11 +767,18 @@ def modes_table(results: dict[str, Any]) -> str:
          f"{1 / SCHEDULE_PERIOD_SECONDS:.3f}",
          f"up to {SCHEDULE_PERIOD_SECONDS} s (half of it on average)",
          f"{_fmt(drained)} msg/s while a run lasts" if drained else "–"),
-        ("`latency`", f"{invocations:,}", gb_s(latency_run),
+        ("`latency`", f"{invocations:,}" + (f" scheduled, {started * SECONDS_PER_MONTH:,.0f} started by pollers"
+                                             if started else ""),
+         "–" if pollers is None else (f"{SECONDS_PER_MONTH * pollers * FUNCTION_MEMORY_GB:,.0f} "
+                                      f"({pollers:.2f} pollers at a time)"),
          f"{1 / POLL_INTERVAL_SECONDS:.0f}" + (f" (measured {idle['polls_per_second']:g} polls/s, "
-                                                f"{_fmt(idle['statements_per_poll'])} statement each)"
+                                                f"{_fmt(idle['statements_per_poll'])} statement each"
+                                                + ("" if idle.get("registry_statements_per_second") is None else
+                                                   f", and {idle['registry_statements_per_second']:g} of the "
+                                                   f"poller registry") + ")"
                                                 if idle else ""),
-         f"{lag(100)} at 100 msg/s, {lag(1000)} at 1,000 msg/s (p50 / p99)",
+         f"{lag(100)} at 100 msg/s, {lag(1000)} at 1,000 msg/s (p50 / p99)"
+         + (f"; {without:g} s without a poller in {seconds:,.0f} s" if seconds else ""),
          f"{top['offered_per_second']:,} msg/s sustained (the highest offered that was)" if top else "–"),
     ]
     out = [MODES_BEGIN, "",
@@ -674,7 +787,9 @@ def modes_table(results: dict[str, Any]) -> str:
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", f"Per channel, at the template's defaults (`rate(1 minute)`, {FUNCTION_MEMORY_GB * 1024:.0f} MB, "
                 f"a {FUNCTION_TIMEOUT_SECONDS} s timeout, batch {BATCH_SIZE}); measured on this project's 2-core "
-                f"benchmark machine ([docs/benchmark.md](docs/benchmark.md)" + _when(lat) + ").", "", MODES_END]
+                f"benchmark machine ([docs/benchmark.md](docs/benchmark.md)"
+                + ("" if entry is None else f"; latency mode {entry['label']}" + _when(entry)) + ").", "",
+            MODES_END]
     return "\n".join(out)
 
 

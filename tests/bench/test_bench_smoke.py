@@ -175,6 +175,69 @@ def test_bench_refuses_sizes_that_are_not_positive_integers(servers, option):
     assert f"expected comma-separated positive integers, got '{option[1]}'" in proc.stderr
 
 
+def test_bench_latency_under_aws_like_scheduling_hands_over_and_loses_nothing(servers, redis_prefix, tmp_path):
+    """A short run of the scheduler model: starts late within their slot, a run
+    missed, cold starts. The seed puts the missed run inside the producer's time,
+    so the poller before it starts its successor itself, through boto3 and the
+    Invoke API stand-in; every message is delivered once."""
+    database = f"outbox_bench_lat_{os.getpid()}"
+    out = tmp_path / "latest.json"
+    proc = _bench(servers, "latency", "--quick", "--rates", "100", "--latency-seconds", "70", "--period", "20",
+                  "--function-timeout", "40", "--deadline-margin", "5", "--start-jitter", "20", "--missed-runs", "0.3",
+                  "--cold-start", "1", "--seed", "1", "--database-name", database, "--prefix", redis_prefix,
+                  "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    models = results["latency"]["models"]
+    (key,) = models
+    entry = models[key]
+    assert key == "jitter 20 s, missed 0.3, cold start 1 s" and entry["model"]["seed"] == 1
+    assert (entry["period_seconds"], entry["timeout_seconds"], entry["lease_seconds"], entry["margin_seconds"],
+            entry["reserved_concurrency"]) == (20, 40, 70, 5, 3)
+    (run,) = entry["runs"]
+    assert run["check"]["ok"], run["check"]
+    assert run["sent"] >= 0.98 * 100 * 70 and run["delivered"] == run["sent"] == run["check"]["distinct_ids"]
+    assert run["lost"] == 0 and run["duplicates"] == 0
+    inv = run["invocations"]
+    assert inv["missed"] >= 1 and inv["by_self_invoke"] >= 1 and inv["by_schedule"] >= 2
+    assert inv["self_invokes_received"] == inv["by_self_invoke"] and inv["refused_invokes"] == 0
+    assert inv["errors"] == 0 and inv["over_timeout"] == 0 and inv["throttled"] == 0
+    assert run["handovers"] >= 2
+    gap = run["without_poller"]
+    for field in ("registry_seconds", "bench_seconds", "registry_longest_seconds", "bench_longest_seconds",
+                  "successors_requested"):
+        assert field in gap
+    # a poller starts its successor before its deadline, with a cold start to spare: no gap
+    assert gap["registry_seconds"] < 1.0 and gap["bench_seconds"] < 1.0
+    assert gap["successors_requested"] == inv["by_self_invoke"]
+    assert 0.9 < run["poller_seconds_per_second"] < 2.0
+    for field in ("p50", "p99", "max"):
+        assert run["lag_ms"][field] is not None
+    started = [t for t in run["timeline"] if t["began"] is not None]
+    assert all(t["began"] - t["requested"] >= 0.99 for t in started)  # the cold start
+    assert any(t["source"] == "self-invoke" and t["predecessor"] for t in started)
+
+    from bench import report
+
+    page = report.markdown(results)
+    assert "Latency mode, a slot every 20 s, starts uniform within 20 s after their slot" in page
+    for column in report.LATENCY_COLUMNS:
+        assert column in page
+    assert "Latency mode, a slot every 20 s" in proc.stdout
+    assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
+
+
+@pytest.mark.parametrize("option", [("--start-jitter", "-1"), ("--start-jitter", "soon"), ("--missed-runs", "1.5"),
+                                    ("--missed-runs", "-0.1"), ("--missed-runs", "nan"), ("--cold-start", "x"),
+                                    ("--cold-start", "-2"), ("--cold-start", "inf"), ("--reserved-concurrency", "0"),
+                                    ("--period", "0"), ("--function-timeout", "-5")])
+def test_bench_refuses_bad_scheduler_model_values_naming_the_option(servers, option):
+    proc = _bench(servers, "latency", *option, "--database-name", f"outbox_bench_refused_{os.getpid()}")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"Invalid value for '{option[0]}'" in errors[0] and repr(option[1]) in errors[0]
+
+
 def test_bench_redis_compares_one_node_and_a_cluster_with_and_without_wait(servers, redis_prefix, tmp_path):
     import shutil
 
