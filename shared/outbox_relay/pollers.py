@@ -62,7 +62,7 @@ class Registry(Protocol):
     def take_over(self) -> tuple[int, int]:
         """Take over expired registrations' leases; (registrations, messages)."""
 
-    def request_successor(self, owner: str) -> bool: ...
+    def request_successor(self, owner: str, lead_seconds: float) -> bool: ...
 
     def leave(self, owner: str) -> None: ...
 
@@ -91,9 +91,9 @@ class PollerRegistry:
             sql.relay.take_over_pollers, {"channel": self.channel.value}).one())
         return int(pollers), int(messages)
 
-    def request_successor(self, owner: str) -> bool:
+    def request_successor(self, owner: str, lead_seconds: float) -> bool:
         return run_with_retry(self.engine, lambda c: c.execute(
-            sql.relay.request_successor, {"owner": owner}).first()) is not None
+            sql.relay.request_successor, {"owner": owner, "lead_seconds": float(lead_seconds)}).first()) is not None
 
     def leave(self, owner: str) -> None:
         run_with_retry(self.engine, lambda c: c.execute(sql.relay.leave_poller, {"owner": owner}))
@@ -200,7 +200,7 @@ class Handover:
         with self._lock:
             if self.successor is not None or self.start_successor is None or not self.registered:
                 return
-            if not self.registry.request_successor(self.owner):
+            if not self.registry.request_successor(self.owner, self.lead_seconds):
                 self.successor = "refused"
                 return
             self.successor = "requested"

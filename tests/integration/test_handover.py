@@ -45,8 +45,13 @@ def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_
     a = registry.renew("a", first.at)
     assert (a.newer, a.others) == (1, 1)  # a sees b: it should leave
     assert registry.renew("b", b.at).older_unaware == 0  # a renewed after b's reference: it knows
-    assert not registry.request_successor("a")  # refused: b is newer and live
-    assert registry.request_successor("b") and not registry.request_successor("b")  # once
+    assert not registry.request_successor("a", 15)  # refused: b is newer and live
+    assert registry.request_successor("b", 15) and not registry.request_successor("b", 15)  # once
+
+    # A successor b started that has not registered yet is on its way: no other poller starts one
+    assert registry.register("x", 60)[1] == 2 and registry.renew("x", None).registered
+    assert not registry.request_successor("a", 15)
+    registry.leave("x")
 
     registry.leave("a")
     registry.leave("b")
@@ -208,3 +213,63 @@ def test_a_poller_that_cannot_start_its_successor_says_so_and_goes_on(relay_env,
     assert any("could not start a successor" in r.getMessage() for r in caplog.records)
     out = capfd.readouterr().out
     assert any('"SuccessorNotStarted"' in line and '"_aws"' in line for line in out.splitlines())
+
+
+@pytest.mark.slow  # two SES pollers, about 12 s
+def test_two_ses_pollers_at_a_handover_stay_within_max_send_rate(database_url, app_engine, monkeypatch):
+    import bisect
+
+    from moto.ses.models import SESBackend
+
+    from outbox_relay.producer import enqueue_email
+    from outbox_tools.local_ses import LocalSesServer
+
+    # Given 30 emails (60 by the handover), an account whose MaxSendRate is 10 per second, and every send's time noted
+    sent_at: list[float] = []
+    for name in ("send_email", "send_raw_email"):
+        original = getattr(SESBackend, name)
+
+        def noting(self, *args, _original=original, **kwargs):
+            sent_at.append(time.monotonic())
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(SESBackend, name, noting)
+    def enqueue(numbers: range) -> None:
+        with app_engine.begin() as conn:
+            for i in numbers:
+                enqueue_email(conn, to=[f"user{i}@example.com"], subject="s", text="body")
+
+    enqueue(range(30))
+    with LocalSesServer(max_send_rate=10) as ses:
+        ses.verify("noreply@shop.example")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "AWS_"))} | {
+            "DATABASE_URL": database_url, "OUTBOX_CHANNEL": "ses", "OUTBOX_MODE": "latency",
+            "OUTBOX_SES_FROM": "Shop <noreply@shop.example>", "AWS_ENDPOINT_URL_SESV2": ses.url,
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+            "OUTBOX_DEADLINE_MARGIN_SECONDS": "4",
+            "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayTest"}
+        script = _POLLER.replace('"channel": "redis"', '"channel": "ses"')
+        older = subprocess.Popen([sys.executable, "-c", script, "14"], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+
+        # When a newer poller starts while the older one is sending its batch, and 30 more come
+        waited = time.monotonic()
+        while len(sent_at) < 10 and older.poll() is None and time.monotonic() - waited < 20:
+            time.sleep(0.05)
+        assert len(sent_at) >= 10, (older.poll(), len(sent_at), older.poll() is not None and older.communicate())
+        newer = subprocess.Popen([sys.executable, "-c", script, "14"], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        time.sleep(0.5)  # its cold start: imports, connections
+        enqueue(range(30, 60))
+        first, second = (json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in (older, newer))
+        recorded = ses.sent_messages()
+
+    # Then the older one left for it, both sent, each email went once, and no second of
+    # the handover held more sends than MaxSendRate
+    assert first["handover"]["left_for_newer"] and first["delivered"] > 0 and second["delivered"] > 0
+    assert first["delivered"] + second["delivered"] == 60 == len(recorded)
+    assert sorted(d for m in recorded for d in m.destinations["ToAddresses"]) == \
+        sorted(f"user{i}@example.com" for i in range(60))
+    sent_at.sort()
+    busiest = max(bisect.bisect_left(sent_at, t + 1.0) - i for i, t in enumerate(sent_at))
+    assert busiest <= 10, busiest

@@ -79,10 +79,15 @@ class ModelRegistry:
         self.freed += messages
         return len(dead), messages
 
-    def request_successor(self, owner: str) -> bool:
+    def request_successor(self, owner: str, lead_seconds: float) -> bool:
         me = self.rows[owner]
-        if me.requested is not None or any(self.live(r) and (r.started, r.owner) > (me.started, me.owner)
-                                           for r in self.rows.values() if r.owner != owner):
+        now = self.now()
+        on_its_way = any(self.live(r) and r.requested is not None and r.requested > now - lead_seconds
+                         and not any(n.started > r.requested for n in self.rows.values())
+                         for r in self.rows.values() if r.owner != owner)
+        if me.requested is not None or on_its_way or any(
+                self.live(r) and (r.started, r.owner) > (me.started, me.owner)
+                for r in self.rows.values() if r.owner != owner):
             return False
         me.requested = self.now()
         return True
@@ -299,3 +304,16 @@ def test_a_rate_shared_newcomer_waits_until_older_pollers_have_seen_it() -> None
     clock[0] = 3.0
     new.beat()
     assert new.rate_share() == 1.0
+
+
+def test_a_cold_start_longer_than_the_lead_does_not_chain_successors() -> None:
+    # Given successors that take 20 s to start, longer than the 15 s lead, and no scheduled run
+    sim = Simulation(cold_start=20.0, timeout=40.0, lead=15.0)
+    sim.schedule(0.0)
+
+    sim.run(until=200)
+
+    # Then a successor on its way is not doubled by the next poller: never more than two at once
+    assert max(n for _, n in sim.polling) <= 2
+    whys = [why for _, why in sim.starts]
+    assert whys.count("successor") <= 200 / (40 - 20 - 5) + 1

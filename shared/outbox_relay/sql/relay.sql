@@ -302,12 +302,20 @@ SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM freed)
 
 -- name: request_successor
 -- Note that :owner starts its successor: at most once, and only while no newer
--- poller of its channel is live (that one is the successor already).
+-- poller of its channel is live (that one is the successor already) and no other
+-- live poller started one within :lead_seconds that has not registered yet (it
+-- is on its way: a cold start longer than the lead would otherwise chain them).
 UPDATE outbox_poller me SET successor_requested_at = now()
  WHERE me.owner = :owner AND me.successor_requested_at IS NULL
    AND NOT EXISTS (SELECT 1 FROM outbox_poller p
                     WHERE p.channel = me.channel AND p.started_at >= me.started_at AND p.owner <> me.owner
                       AND (p.started_at, p.owner) > (me.started_at, me.owner) AND {{poller_is_live}})
+   AND NOT EXISTS (SELECT 1 FROM outbox_poller p
+                    WHERE p.channel = me.channel AND p.owner <> me.owner AND {{poller_is_live}}
+                      AND p.started_at > now() - interval '15 minutes'
+                      AND p.successor_requested_at > now() - make_interval(secs => :lead_seconds)
+                      AND NOT EXISTS (SELECT 1 FROM outbox_poller n
+                                       WHERE n.channel = p.channel AND n.started_at > p.successor_requested_at))
 RETURNING me.owner
 
 -- name: leave_poller
