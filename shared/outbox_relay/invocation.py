@@ -116,7 +116,8 @@ def _run_poller(deps: Dependencies, deadline: Deadline, owner: str,
 
     failed = True
     try:
-        with HeartbeatThread(handover, settings.poller_ttl_seconds / BEATS_PER_TTL):
+        with HeartbeatThread(handover, settings.poller_ttl_seconds / BEATS_PER_TTL,
+                             join_seconds=min(2.0, settings.deadline_margin_seconds / 2)):
             summary = run_invocation(deps.store, deps.publisher, deps.policy, handover.deadline(), owner,
                                      on_progress=progress, may_claim=handover.may_claim)
         failed = False

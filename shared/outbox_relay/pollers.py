@@ -261,10 +261,12 @@ class Handover:
 
 
 class HeartbeatThread:
-    """Calls `handover.beat()` every `interval` seconds until stopped."""
+    """Calls `handover.beat()` every `interval` seconds until stopped. Stopping waits
+    for a renewal in progress at most `join_seconds`: a statement stuck on a lost
+    database must not carry the invocation past its deadline margin."""
 
-    def __init__(self, handover: Handover, interval: float) -> None:
-        self.handover, self.interval = handover, float(interval)
+    def __init__(self, handover: Handover, interval: float, join_seconds: float = 2.0) -> None:
+        self.handover, self.interval, self.join_seconds = handover, float(interval), float(join_seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="outbox-heartbeat", daemon=True)
 
@@ -278,7 +280,7 @@ class HeartbeatThread:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(self.join_seconds)
 
 
 def lambda_starter(function_name: str, region: str | None) -> StartSuccessor:
