@@ -118,15 +118,19 @@ class Handover:
         start_successor: invokes the successor, or None (self-invoke off): then none is started.
         rate_shared: the channel shares a rate across pollers (SES): it does not claim
             while older pollers may not have seen it, and paces at its share.
+        background: the heartbeat starts the successor on a thread of its own (tests
+            on a fake clock pass False: at once, in the heartbeat's call).
     """
 
     def __init__(self, registry: Registry, owner: str, channel: Channel, deadline: Deadline, *,
-                 lead_seconds: float, start_successor: StartSuccessor | None, rate_shared: bool = False) -> None:
+                 lead_seconds: float, start_successor: StartSuccessor | None, rate_shared: bool = False,
+                 background: bool = True) -> None:
         self.registry, self.owner, self.channel = registry, owner, Channel(channel)
         self.outer = deadline
         self.lead_seconds = float(lead_seconds)
         self.start_successor = start_successor
         self.rate_shared = rate_shared
+        self.background = background
         self.leaving = False
         self.registered = False
         self.gap_seconds: float | None = None
@@ -204,7 +208,7 @@ class Handover:
                 self.successor = "refused"
                 return
             self.successor = "requested"
-        if background:
+        if background and self.background:
             self._starting = threading.Thread(target=self._start, args=(reason,), name="outbox-successor",
                                               daemon=True)
             self._starting.start()

@@ -131,7 +131,7 @@ class Simulation:
 
         deadline = Deadline(lambda: int(max(0.0, ends - self.clock[0]) * 1000), self.margin)
         handover = Handover(self.registry, owner, Channel.REDIS, deadline, lead_seconds=self.lead,
-                            start_successor=start_successor)
+                            start_successor=start_successor, background=False)
         handover.start()
         self.running[owner] = (handover, ends, now + BEAT)
         self.starts.append((now, why))
