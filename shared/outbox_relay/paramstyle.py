@@ -55,4 +55,4 @@ def memoize_paramstyle_conversion() -> None:
 
 
 _PARAMSTYLE_CACHE_SIZE = 64
-_PARAMSTYLE_CACHE_MAX_CHARS = 8_000
+_PARAMSTYLE_CACHE_MAX_CHARS = 16_000

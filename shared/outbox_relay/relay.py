@@ -69,6 +69,8 @@ class Summary:
     polls: int = 0
     #: Expired leases re-claimed alone (their holder died, maybe because of them).
     suspects: int = 0
+    #: Latency mode: seconds this invocation could not reach PostgreSQL (it waited, gate closed).
+    database_unreachable_seconds: float = 0.0
     #: Whether the latest claim found messages (None: no claim ran).
     last_claim_found: bool | None = field(default=None, repr=False)
     error_classes: dict[str, int] = field(default_factory=dict)
@@ -154,7 +156,8 @@ class Batch:
     """One claimed batch: which of its messages are not recorded yet, and how
     their outcomes reach the store (through `recorder`).
 
-    `full` says more may be waiting (the claim's scan reached its limit);
+    `full` says more may be waiting (the claim's scan reached its limit, or the
+    byte budget left claimable rows behind);
     `suspect` that it is one expired lease re-claimed alone (see `store.Claim`);
     `not_attempted` counts messages the publisher gave back untried (their key
     stopped at an earlier failure): they are due again at once; `epoch` is the
@@ -167,6 +170,8 @@ class Batch:
         self.epoch = epoch
         self.scanned = getattr(claimed, "scanned", len(claimed))
         self.due = getattr(claimed, "due", len(claimed))
+        self.cut = bool(getattr(claimed, "cut", False))
+        self.requeued = int(getattr(claimed, "requeued", 0))
         self.suspect = bool(getattr(claimed, "suspect", False))
         self.leased = [m for m in claimed if m.status is Status.LEASED]
         self._turns: KeyTurns | None = None
@@ -184,12 +189,14 @@ class Batch:
 
     @property
     def full(self) -> bool:
-        return max(self.due, self.scanned, len(self.claimed)) >= self.limit
+        """More may be waiting: the scan reached the limit, or the byte budget cut the batch."""
+        return self.cut or max(self.due, self.scanned, len(self.claimed)) >= self.limit
 
     @property
     def moved_from_full(self) -> bool:
-        """It claimed nothing but moved held-back rows out of a full window."""
-        return not self.claimed and self.scanned > 0 and self.full
+        """It claimed nothing but moved held-back rows out of a full window, or put
+        expired leases back in the queue: the next claim finds something new."""
+        return not self.claimed and ((self.scanned > 0 and self.full) or self.requeued > 0)
 
     def record(self, results: Sequence[DeliveryResult]) -> None:
         """The publisher's callback: record these results (one outcome write)."""
@@ -350,8 +357,9 @@ def run_batch(store: Store, publisher: Publisher, policy: RelayPolicy, deadline:
             return finish(summary, started)
         batch.deliver(publisher, deadline)
         # A suspect, or a claim that only moved rows behind their key's first
-        # message (each such claim moves them for good), is not yet the batch.
-        again = batch.suspect or (not batch.claimed and batch.scanned > 0)
+        # message (each such claim moves them for good) or requeued expired
+        # leases, is not yet the batch.
+        again = batch.suspect or (not batch.claimed and (batch.scanned > 0 or batch.requeued > 0))
         if not again or batch.stopped is not None:
             return finish(summary, started)
 

@@ -32,12 +32,18 @@ class Claim(list):
       concurrent claim, or leased by another relay); as many as the limit means
       more may be waiting;
     - `suspect`: the claim is one expired lease re-claimed alone (its holder died,
-      perhaps because of it): deliver it with nothing else in flight.
+      perhaps because of it): deliver it with nothing else in flight;
+    - `cut`: the byte budget left claimable rows behind (more is waiting, however
+      few rows the claim returned);
+    - `requeued`: expired leases it put back to pending (their first expiry): the
+      next claim can take them.
     """
 
     scanned: int = 0
     due: int = 0
     suspect: bool = False
+    cut: bool = False
+    requeued: int = 0
 
 
 def lease_token(request_id: str) -> str:
@@ -106,9 +112,9 @@ class LeaseStore:
         stopping once the payloads' JSON text claimed reaches `max_bytes` (bytes; at
         least one message is always claimed).
 
-        One statement (`sql.relay.claim`): an expired lease alone if there is one
-        (the claim is then `suspect`), else due pending rows oldest first, those
-        with a key in their key's turn. Returned messages with status DEAD were
+        One statement (`sql.relay.claim`): expired leases first (requeued on their
+        first expiry; one that expired again alone: the claim is then `suspect`),
+        else due pending rows oldest first, those with a key in their key's turn. Returned messages with status DEAD were
         re-claimed with no attempts left and dead-lettered (`lease_expired`)
         by the same statement; the rest are LEASED to `owner`.
         """
@@ -125,6 +131,7 @@ class LeaseStore:
         claim.sort(key=_seq_of)
         if rows:
             claim.scanned, claim.suspect, claim.due = int(rows[0][6]), bool(rows[0][7]), int(rows[0][8])
+            claim.cut, claim.requeued = bool(rows[0][9]), int(rows[0][10])
         return claim
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,

@@ -8,6 +8,7 @@ def test_late_ack_after_takeover_is_lease_lost(enqueue, store, rows, expire_leas
     enqueue(1)
     (m,) = store.claim("owner-a", 10, 30)
     expire_leases()
+    assert store.claim("owner-b", 10, 30).requeued == 1  # a first expiry: back in the queue
     (taken,) = store.claim("owner-b", 10, 30)
     assert taken.seq == m.seq
     before = rows()[0]

@@ -110,10 +110,15 @@ def test_claim_stops_at_its_byte_budget(enqueue, store, rows):
     assert len(store.claim("c", 10, 30, max_bytes=64 * 1024)) == 1
 
 
-def test_expired_lease_is_reclaimed_with_another_attempt(enqueue, store, rows, expire_leases):
+def test_expired_lease_is_requeued_then_reclaimed_with_another_attempt(enqueue, store, rows, expire_leases):
     enqueue(1)
     store.claim("a", 10, 30)
     expire_leases()
+    requeue = store.claim("b", 10, 30)
+    assert not requeue and requeue.requeued == 1
+    row = rows()[0]
+    assert (row["status"], row["attempts"], row["last_error_class"], row["lease_owner"]) == \
+        ("pending", 1, "lease_expired", None) and row["due"]
     (again,) = store.claim("b", 10, 30)
     assert again.status is Status.LEASED and again.attempts == 2
     assert rows()[0]["lease_owner"] == "b"
@@ -123,6 +128,7 @@ def test_expired_lease_with_no_attempts_left_goes_dead(enqueue, store, rows, exp
     enqueue(1, max_attempts=2)
     store.claim("a", 10, 30)
     expire_leases()
+    assert store.claim("b", 10, 30).requeued == 1
     store.claim("b", 10, 30)
     expire_leases()
     (dead,) = store.claim("c", 10, 30)

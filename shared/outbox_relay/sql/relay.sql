@@ -43,28 +43,43 @@ END
 -- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
 -- :max_bytes of payload, in one statement (docs/design.md, "The claim"):
 -- 1. expired leases (outbox_message_lease_expiry_idx): those with no attempts left
---    go to dead; one other, first of its key, is re-claimed alone (a suspect:
---    its holder died, maybe because of it) and nothing else is claimed;
+--    go to dead; those expired for the first time go back to pending (requeued,
+--    marked lease_expired); of those that expired again, one, first of its key,
+--    is re-claimed alone (a suspect: its holder died, maybe because of it) and
+--    nothing else is claimed;
 -- 2. else due pending rows oldest first (outbox_message_pending_due_idx), a row
 --    with a key only in its key's turn ("turn_of"): rows of a key whose first
 --    message waits are moved out of the way, and of a key's rows only those
 --    with every earlier one claimed with them or ours in flight are claimed.
 -- Both branches FOR UPDATE SKIP LOCKED; what is locked and not claimed is
--- unlocked at the end. The last three columns: rows of the due scan claimed or
--- moved, whether the claim is a suspect, and rows the due scan returned (those
+-- unlocked at the end. The last five columns: rows of the due scan claimed or
+-- moved, whether the claim is a suspect, rows the due scan returned (those
 -- out of turn too: an earlier row of their key locked by another transaction,
--- or leased by another relay). When nothing was claimed: one row, NULL but for
--- those three.
+-- or leased by another relay), whether the byte budget left claimable rows
+-- behind, and expired leases requeued. When nothing was claimed: one row, NULL
+-- but for those five.
 WITH expired AS (
-    SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted
+    SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
+           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
+), requeued AS (
+    -- A first expiry is presumed innocent (its holder died of something else: a
+    -- timeout, a deploy, an outage): back to pending where it was in the due
+    -- order, its attempt spent, marked; the next claims take it with the rest.
+    UPDATE outbox_message o SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+           last_error_class = 'lease_expired',
+           last_error = 'lease expired: its holder died or overran its lease; back in the queue'
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE NOT exhausted AND NOT again))
+    RETURNING o.seq
 ), suspect AS (
+    -- A lease that expired again since (its holder died once more, maybe because
+    -- of it) is re-claimed alone.
     SELECT e.seq FROM expired e
-     WHERE NOT e.exhausted
+     WHERE NOT e.exhausted AND e.again
        AND (e.key IS NULL OR (
             (SELECT k.seq FROM outbox_message k
               WHERE k.channel = :channel AND k.destination = e.destination AND k.key >= e.key AND k.key <= e.key
@@ -118,14 +133,13 @@ WITH expired AS (
 ), out_of_turn AS (
     SELECT c.seq FROM keyed c JOIN firsts f ON f.destination = c.destination AND f.key = c.key
      WHERE f.seqs[c.r] IS DISTINCT FROM c.seq
+), budget AS (
+    SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
+     WHERE seq NOT IN (SELECT seq FROM out_of_turn)
 ), picked AS (
     -- Candidates by seq while the bytes before them stay under the budget (the
     -- first always fits; by seq, so a key's rows are cut after, never before, its others).
-    SELECT seq FROM (
-        SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
-         WHERE seq NOT IN (SELECT seq FROM out_of_turn)
-    ) w
-     WHERE running - size < :max_bytes
+    SELECT seq FROM budget WHERE running - size < :max_bytes
     UNION ALL
     SELECT seq FROM suspect
     UNION ALL
@@ -152,9 +166,11 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
 -- split by models.ClaimedMessage.from_row; the body by primary key.
 SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id, c.created_at),
        c.destination, c.type, c.key, b.payload::text, b.headers::text,
-       s.scanned, s.suspect, s.due
+       s.scanned, s.suspect, s.due, s.cut, s.requeued
   FROM (SELECT (SELECT count(*) FROM due) - (SELECT count(*) FROM out_of_turn) AS scanned,
-               EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due) s
+               (SELECT count(*) FROM requeued) AS requeued,
+               EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due,
+               EXISTS (SELECT 1 FROM budget WHERE running - size >= :max_bytes) AS cut) s
   LEFT JOIN claimed c ON true
   LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b ON true
 
