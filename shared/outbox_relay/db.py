@@ -215,6 +215,34 @@ def _cparams(url: URL) -> dict[str, Any]:
             "port": url.port or 5432, "database": url.database}
 
 
+#: SQLSTATEs that say the server cannot serve this connection now, not that the
+#: statement is wrong: connection exceptions (class 08) and operator
+#: intervention (57P01-57P03: shutdown, crash restart, still starting up).
+_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+#: Latency mode, PostgreSQL unreachable: the longest wait between two tries, seconds
+#: (delivery resumes within about this long of its return).
+UNREACHABLE_MAX_WAIT = 0.5
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says PostgreSQL cannot be reached now (a failover, a restart,
+    a network cut), as opposed to a statement it refused."""
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        exc = exc.orig if exc.orig is not None else exc
+    import pg8000.exceptions
+
+    if isinstance(exc, (pg8000.exceptions.InterfaceError, OSError)):
+        return True
+    if isinstance(exc, pg8000.exceptions.DatabaseError) and exc.args and isinstance(exc.args[0], dict):
+        code = str(exc.args[0].get("C", ""))
+        return code.startswith(_UNREACHABLE_STATES)
+    return False
+
+
 def run_with_retry(engine: Engine, work: Callable[[Any], T], *, transaction: bool = False) -> T:
     """Run `work(connection)` once; if the pooled connection turns out to be
     dead (a thawed Lambda container, a failover), run it once more on a new one.

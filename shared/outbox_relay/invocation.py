@@ -69,6 +69,7 @@ class MetricsWindow:
         self.interval = interval_seconds
         self.clock = clock
         self._sent = dict.fromkeys(COUNTERS, 0)
+        self._unreachable_sent = 0.0
         self._due = clock() + interval_seconds
 
     def maybe_flush(self, summary: Summary) -> None:
@@ -87,6 +88,10 @@ class MetricsWindow:
         for name, metric in ((c, obs.COUNTER_METRICS[c]) for c in COUNTERS):
             obs.emit(metric, counters[name] - self._sent[name])
         self._sent = counters
+        unreachable = summary.database_unreachable_seconds - self._unreachable_sent
+        if unreachable > 0:
+            obs.emit(obs.DATABASE_UNREACHABLE, round(unreachable, 3))
+            self._unreachable_sent = summary.database_unreachable_seconds
         if summary.oldest_pending_age_seconds is not None:
             obs.emit(obs.OLDEST_PENDING_AGE, summary.oldest_pending_age_seconds)
         lag = summary.take_window_lag()

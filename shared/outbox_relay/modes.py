@@ -29,6 +29,11 @@ connection). The rules that make this safe:
   flight: every earlier write done, nothing claimed ahead;
 - a write that fails stops the invocation: the error propagates, and what was
   not recorded comes back when its lease expires.
+
+Latency mode rides through a lost database (a failover, a restart): a claim that
+cannot reach PostgreSQL counts as a closed gate, and the invocation claims again
+after a capped backoff (`UNREACHABLE_MAX_WAIT`) until its deadline; an outcome
+write is tried again the same way, for as long as the invocation has time.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from .db import UNREACHABLE_MAX_WAIT, database_unreachable
 from .key_turns import KeyTurns
 from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
@@ -50,19 +56,36 @@ Write = Callable[[], RecordResult]
 #: this, doubling from there: a producer that paused for a moment costs a few quick polls,
 #: not a whole interval of lag; a quiet table settles at one poll per interval.
 IDLE_RAMP = 8
+#: Why a claim claimed nothing: the database could not be reached.
+DATABASE_UNREACHABLE = "database unreachable"
 
 
 class RecordQueue:
     """Outcome writes on a thread of their own, in submission order. A failed
-    write is raised in the caller's thread at its next call."""
+    write is raised in the caller's thread at its next call. With `retry_until`
+    (a monotonic time), a write that cannot reach the database is tried again,
+    backing off up to `UNREACHABLE_MAX_WAIT`, until then."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_until: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-record")
         self._futures: deque[Future] = deque()
+        self._retry_until, self._sleep = retry_until, sleep
 
     def __call__(self, write: Write) -> None:
         self._reap()
-        self._futures.append(self._executor.submit(write))
+        self._futures.append(self._executor.submit(self._retrying, write) if self._retry_until is not None
+                             else self._executor.submit(write))
+
+    def _retrying(self, write: Write) -> RecordResult:
+        wait = 0.05
+        while True:
+            try:
+                return write()
+            except Exception as exc:
+                if not database_unreachable(exc) or time.monotonic() + wait >= self._retry_until:
+                    raise
+            self._sleep(wait)
+            wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
 
     def _reap(self) -> None:
         while self._futures and self._futures[0].done():
@@ -123,7 +146,12 @@ class _Pipeline:
                  summary: Summary, sleep: Callable[[float], Any]) -> None:
         self.store, self.publisher, self.policy = store, publisher, policy
         self.deadline, self.owner, self.summary, self.sleep = deadline, owner, summary, sleep
-        self.records = RecordQueue()
+        # Latency mode: outcome writes ride through a lost database while the invocation
+        # has time (its Lambda time at the start, less a second to return).
+        self.records = RecordQueue(time.monotonic() + deadline.remaining_ms() / 1000.0 - 1.0
+                                   if policy.mode is Mode.LATENCY else None)
+        self.unreachable_since: float | None = None
+        self.unreachable_wait = 0.0
         ahead = bool(getattr(publisher, "pipelined", False))
         # Two batches may be in memory at once (one published, one claimed ahead).
         self.max_bytes = max(1, policy.batch_max_bytes // 2) if ahead else policy.batch_max_bytes
@@ -135,8 +163,38 @@ class _Pipeline:
         self.may_claim: Callable[[], bool] | None = None
 
     def claim(self) -> Batch | str:
-        return claim_batch(self.store, self.publisher, self.policy, self.deadline, self.owner, self.summary,
-                           self.records, max_bytes=self.max_bytes, turns=self.turns)
+        try:
+            return claim_batch(self.store, self.publisher, self.policy, self.deadline, self.owner, self.summary,
+                               self.records, max_bytes=self.max_bytes, turns=self.turns)
+        except Exception as exc:
+            if self.policy.mode is not Mode.LATENCY or not database_unreachable(exc):
+                raise
+            return DATABASE_UNREACHABLE
+
+    def reached(self, batch: Batch | str) -> None:
+        """Note whether the database answered this claim: the time it did not is counted."""
+        now = time.monotonic()
+        if batch == DATABASE_UNREACHABLE:
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+                log.warning("database unreachable; waiting for it (gate closed)")
+            return
+        if self.unreachable_since is not None:
+            self.summary.database_unreachable_seconds += now - self.unreachable_since
+            log.info("database reachable again",
+                     extra={"unreachable_seconds": round(now - self.unreachable_since, 3)})
+            self.unreachable_since = None
+            self.unreachable_wait = 0.0
+
+    def wait_unreachable(self) -> bool:
+        """Back off before the next try (doubling up to `UNREACHABLE_MAX_WAIT`, never
+        past the deadline); False when no time is left."""
+        left = self.deadline.seconds_left()
+        if left <= 0:
+            return False
+        self.unreachable_wait = min(max(self.unreachable_wait * 2, 0.05), UNREACHABLE_MAX_WAIT)
+        self.sleep(min(self.unreachable_wait, left))
+        return True
 
     def wait_idle(self) -> bool:
         """Sleep the idle wait (never past the deadline), then double it up to the
@@ -157,8 +215,14 @@ class _Pipeline:
                 continue
             batch = self.next_batch.result() if self.next_batch is not None else self.claim()
             self.next_batch = None
+            self.reached(batch)
             if on_progress is not None:
                 on_progress(summary)
+            if batch == DATABASE_UNREACHABLE:
+                summary.gate_closed = True
+                if not self.wait_unreachable():
+                    return
+                continue
             if isinstance(batch, str):  # the gate is closed, or no time is left
                 if batch == NO_TIME or policy.mode is Mode.DRAIN:
                     if summary.claimed == 0:
@@ -206,6 +270,9 @@ class _Pipeline:
     def close(self, *, quiet: bool) -> None:
         """Release what was claimed ahead and wait for every write. With `quiet`
         (an error is already on its way out) a further failure is logged, not raised."""
+        if self.unreachable_since is not None:  # an outage still going on counts until now
+            self.summary.database_unreachable_seconds += time.monotonic() - self.unreachable_since
+            self.unreachable_since = None
         errors: list[Exception] = []
         try:
             for step in (lambda: self.release_ahead("claimed ahead; not delivered before the deadline"),

@@ -72,6 +72,8 @@ TRIMMED_UNACKNOWLEDGED = "TrimmedUnacknowledged"
 SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
 SUCCESSOR_NOT_STARTED = "SuccessorNotStarted"
 LEASES_TAKEN_OVER = "LeasesTakenOver"
+# Latency mode: seconds a poller could not reach PostgreSQL and waited for it.
+DATABASE_UNREACHABLE = "DatabaseUnreachableSeconds"
 # Maintenance (daily, dimension channel)
 PENDING_DEPTH = "PendingDepth"
 DEAD_COUNT = "DeadCount"
@@ -99,6 +101,7 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     SECONDS_WITHOUT_POLLER: MetricUnit.Seconds,
     SUCCESSOR_NOT_STARTED: MetricUnit.Count,
     LEASES_TAKEN_OVER: MetricUnit.Count,
+    DATABASE_UNREACHABLE: MetricUnit.Seconds,
     PENDING_DEPTH: MetricUnit.Count,
     DEAD_COUNT: MetricUnit.Count,
     PURGED: MetricUnit.Count,

@@ -22,6 +22,7 @@ schedule and the deadline are durations on this process's monotonic clock.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -29,7 +30,7 @@ from sqlalchemy import Engine
 
 from . import observability as obs
 from . import sql
-from .db import run_with_retry
+from .db import UNREACHABLE_MAX_WAIT, database_unreachable, run_with_retry
 from .models import Channel
 from .publishers.base import Deadline
 
@@ -160,11 +161,21 @@ class Handover:
         return 1.0 / (1 + self.others)
 
     # -- the life of a poller -------------------------------------------------------------------
-    def start(self) -> None:
-        """Register (raises when the database cannot be reached: nothing was claimed),
-        then renew once: the renewal's time is the reference for older pollers' awareness."""
-        self._started_left = self.outer.seconds_left()
-        self.gap_seconds, self.others = self.registry.register(self.owner, self._started_left)
+    def start(self, sleep: Callable[[float], Any] = time.sleep) -> None:
+        """Register, then renew once: the renewal's time is the reference for older
+        pollers' awareness. While PostgreSQL cannot be reached, try again with a
+        capped backoff until the deadline (then raise: nothing was claimed)."""
+        wait = 0.05
+        while True:
+            self._started_left = self.outer.seconds_left()
+            try:
+                self.gap_seconds, self.others = self.registry.register(self.owner, self._started_left)
+                break
+            except Exception as exc:
+                if not database_unreachable(exc) or self.outer.seconds_left() <= wait:
+                    raise
+            sleep(wait)
+            wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
         self.registered = True
         self.older_unaware = self.others
         if self.gap_seconds is not None:

@@ -1,0 +1,219 @@
+"""Faults that must not stop the flow: a batch cut by the byte budget, a mass of
+expired leases after a fleet-wide crash, PostgreSQL lost under a latency-mode
+poller."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from outbox_relay.models import Mode
+from outbox_relay.modes import run_invocation
+from outbox_relay.publishers.base import Deadline
+from support.deadline import countdown
+from support.forward import Forwarder
+
+#: The largest payload the producer API takes: 256 KiB of UTF-8 JSON text.
+BIG = {"b": "x" * (256 * 1024 - 16)}
+
+
+def test_drain_goes_on_past_batches_cut_by_the_byte_budget(enqueue, store, publisher, policy, redis_client,
+                                                            redis_prefix, rows):
+    # Given 120 payloads of 256 KiB: each pipelined claim takes half of the 32 MiB budget, 64 of them
+    ids = enqueue(120, stream="big", payload=BIG)
+
+    # When one drain invocation runs with a minute left
+    summary = run_invocation(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
+                             Deadline(lambda: 60_000, margin_seconds=5), "drain")
+
+    # Then a batch cut by the budget counted as full: it went on until all were delivered, intact
+    assert (summary.delivered, summary.batches) == (120, 2)
+    assert {r["status"] for r in rows()} == {"delivered"}
+    entries = redis_client.xrange(redis_prefix + "big", count=1)
+    assert len(redis_client.xrange(redis_prefix + "big")) == len(ids) and len(entries[0][1]["payload"]) > 256_000
+
+
+def test_a_mass_of_expired_leases_is_recovered_in_batches(enqueue, store, publisher, policy, rows, expire_leases,
+                                                          redis_client, redis_prefix):
+    # Given 2,000 messages claimed by relays that all died (every lease expired at once)
+    enqueue(2000, stream="mass")
+    for owner in ("a", "b", "c", "d"):
+        store.claim(owner, 500, 30)
+    expire_leases()
+
+    # When one drain invocation runs
+    summary = run_invocation(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
+                             Deadline(lambda: 600_000, margin_seconds=5), "recovery")
+
+    # Then they came back at batch speed, not one message per claim, each once, on its second attempt
+    assert summary.delivered == 2000 and summary.suspects == 0 and summary.batches <= 8
+    assert {(r["status"], r["attempts"]) for r in rows()} == {("delivered", 2)}
+    assert len({f["id"] for _, f in redis_client.xrange(redis_prefix + "mass")}) == 2000
+
+
+def test_a_lease_that_expires_again_is_reclaimed_alone(enqueue, store, rows, expire_leases):
+    # Given a batch whose holder died, requeued, claimed again, and whose new holder died too
+    enqueue(5, stream="again")
+    store.claim("first", 10, 30)
+    expire_leases()
+    assert store.claim("second", 10, 30).requeued == 5
+    assert len(store.claim("second", 10, 30)) == 5
+    expire_leases()
+
+    # Then each is now a suspect: re-claimed alone, with nothing else
+    claim = store.claim("third", 10, 30)
+    assert claim.suspect and len(claim) == 1 and claim[0].attempts == 3
+
+
+def _poller_through(forwarder: Forwarder, database_url: str, monkeypatch) -> None:
+    url = make_url(database_url)
+    monkeypatch.setenv("DATABASE_URL", url.set(host="127.0.0.1", port=forwarder.port).render_as_string(False))
+
+
+@pytest.fixture
+def pg_forwarder(database_url):
+    url = make_url(database_url)
+    if url.query.get("unix_sock"):
+        pytest.skip("PostgreSQL on a Unix socket (embedded): the forwarder is TCP")
+    forwarder = Forwarder("127.0.0.1", url.host or "127.0.0.1", url.port or 5432).__enter__()
+    state = {"forwarder": forwarder, "target": (url.host or "127.0.0.1", url.port or 5432)}
+    yield state
+    state["forwarder"].cut()
+
+
+def test_a_latency_poller_rides_through_a_lost_database(relay_env, monkeypatch, database_url, pg_forwarder, app_engine,
+                                                        redis_client, redis_prefix):
+    from outbox_relay.producer import enqueue_events_bulk
+    from outbox_tools.lambda_local import LocalContext, load_handler
+
+    # Given a latency-mode poller that reaches PostgreSQL through a forwarder
+    forwarder = pg_forwarder["forwarder"]
+    _poller_through(forwarder, database_url, monkeypatch)
+    monkeypatch.setenv("OUTBOX_MODE", "latency")
+    monkeypatch.setenv("OUTBOX_DEADLINE_MARGIN_SECONDS", "1")
+    handler = load_handler("relay")
+    event = {"source": "outbox.scheduler", "channel": "redis"}
+    out: dict = {}
+    poller = threading.Thread(target=lambda: out.update(handler(event, LocalContext(7.0))))
+    poller.start()
+    time.sleep(1.5)
+
+    # When PostgreSQL cannot be reached for 1.5 s (every connection dropped, new ones refused)
+    # while messages are committed
+    forwarder.cut()
+    with app_engine.begin() as conn:
+        ids = enqueue_events_bulk(conn, [dict(stream=redis_prefix + "blip", type="t", payload={"n": i})
+                                         for i in range(10)])
+    time.sleep(1.5)
+    pg_forwarder["forwarder"] = Forwarder("127.0.0.1", *pg_forwarder["target"], port=forwarder.port).__enter__()
+    back = time.time()
+    poller.join(15)
+
+    # Then the poller waited instead of ending, and delivered within a second of the return
+    assert out["delivered"] == 10 and out["gate_closed"]
+    assert 1.0 <= out["database_unreachable_seconds"] <= 3.0
+    entries = redis_client.xrange(redis_prefix + "blip")
+    assert sorted(f["id"] for _, f in entries) == sorted(str(i) for i in ids)
+    first_ms = min(int(e.split("-")[0]) for e, _ in entries)
+    assert first_ms / 1000 - back <= 1.0
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT DISTINCT status FROM outbox_message")).scalars().all() == ["delivered"]
+
+
+def test_batch_and_drain_still_fail_fast_without_the_database(store, publisher, policy, database_url):
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import DBAPIError
+
+    from outbox_relay.models import Channel
+    from outbox_relay.store import LeaseStore
+
+    # A relay whose database refuses connections: batch and drain end with the error (the next run retries)
+    engine = create_engine("postgresql+pg8000://postgres@127.0.0.1:9/nothing", isolation_level="AUTOCOMMIT")
+    nowhere = LeaseStore(engine, Channel.REDIS, default_max_attempts=3)
+    for mode in (Mode.BATCH, Mode.DRAIN):
+        with pytest.raises(DBAPIError):
+            run_invocation(nowhere, publisher, dataclasses.replace(policy, mode=mode), countdown(2.0), "x")
+    # Latency mode waits for it instead, until its deadline
+    started = time.monotonic()
+    summary = run_invocation(nowhere, publisher, dataclasses.replace(policy, mode=Mode.LATENCY), countdown(1.5, margin=0.2),
+                             "y")
+    assert summary.gate_closed and summary.claimed == 0 and 1.0 <= summary.database_unreachable_seconds < 2.0
+    assert time.monotonic() - started < 3
+    engine.dispose()
+
+
+@pytest.mark.slow  # PostgreSQL stopped for 1, 10 and 40 s under one poller: about 70 s
+def test_a_latency_poller_rides_through_postgresql_stopped_for_1_10_and_40_seconds(relay_env, monkeypatch, tmp_path,
+                                                                                     redis_client, redis_prefix):
+    import json
+    from datetime import datetime, timedelta, timezone
+    from urllib.parse import parse_qs, urlparse
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from outbox_migrations import upgrade
+    from outbox_relay.models import Channel
+    from outbox_relay.pollers import PollerRegistry
+    from outbox_relay.producer import enqueue_event
+    from outbox_tools.lambda_local import LocalContext, load_handler
+
+    pgserver = pytest.importorskip("pgserver", reason="embedded PostgreSQL (pip install -e '.[embedded]')")
+    from pgserver._commands import pg_ctl
+
+    # Given a PostgreSQL of this test's own, and a latency-mode poller on it
+    server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
+    socket_dir = parse_qs(urlparse(server.get_uri()).query)["host"][0]
+    url = f"postgresql+pg8000://postgres@/postgres?unix_sock={socket_dir}/.s.PGSQL.5432"
+    app = create_engine(url, poolclass=NullPool)
+    upgrade(app)
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("OUTBOX_MODE", "latency")
+    monkeypatch.setenv("OUTBOX_DEADLINE_MARGIN_SECONDS", "2")
+    handler = load_handler("relay")
+    out: dict = {}
+    poller = threading.Thread(target=lambda: out.update(handler({"source": "outbox.scheduler", "channel": "redis"},
+                                                                 LocalContext(120.0))))
+    poller.start()
+    time.sleep(1.0)
+    resumed = []
+    try:
+        for outage in (1, 10, 40):
+            # When messages come due just after PostgreSQL stops (-m immediate) for that long
+            stream = f"{redis_prefix}down{outage}"
+            with app.begin() as conn:
+                for i in range(5):
+                    enqueue_event(conn, stream=stream, type="t", payload={"i": i},
+                                  deliver_at=datetime.now(timezone.utc) + timedelta(seconds=0.3))
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+            time.sleep(outage)
+            pg_ctl(["-w", "-l", str(server.log), "-o", '-h ""', "-o", f"-k {socket_dir}", "start"],
+                   pgdata=server.pgdata, user=server.system_user)
+            back = time.time()
+            waited = time.monotonic()
+            while redis_client.xlen(stream) < 5 and time.monotonic() - waited < 10:
+                time.sleep(0.05)
+            # Then the poller delivered them within a second of its return
+            entries = redis_client.xrange(stream)
+            assert len(entries) == 5, (outage, entries)
+            resumed.append(min(int(e.split("-")[0]) for e, _ in entries) / 1000 - back)
+        # A newer poller ends this one (it leaves within a heartbeat)
+        PollerRegistry(create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool), Channel.REDIS,
+                       ttl_seconds=5).register("newer", 30)
+        poller.join(30)
+    finally:
+        app.dispose()
+        try:  # the server it started again is not the one pgserver would stop
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+        except Exception:
+            pass
+        server.cleanup()
+    assert not poller.is_alive() and out, "the poller did not return"
+    assert all(r <= 1.0 for r in resumed), resumed
+    assert out["handover"]["left_for_newer"] and out["delivered"] == 15
+    assert 50 <= out["database_unreachable_seconds"] <= 60, json.dumps(out)
