@@ -216,9 +216,11 @@ def _cparams(url: URL) -> dict[str, Any]:
 
 
 #: SQLSTATEs that say the server cannot serve this connection now, not that the
-#: statement is wrong: connection exceptions (class 08) and operator
-#: intervention (57P01-57P03: shutdown, crash restart, still starting up).
-_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+#: statement is wrong: connection exceptions (class 08), operator intervention
+#: (57P01-57P03: shutdown, crash restart, still starting up), too many
+#: connections (53300), and a read-only server (25006: a demoted writer still
+#: reached through the old address during a failover).
+_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
 
 
 #: Latency mode, PostgreSQL unreachable: the longest wait between two tries, seconds
@@ -235,8 +237,16 @@ def database_unreachable(exc: BaseException) -> bool:
         exc = exc.orig if exc.orig is not None else exc
     import pg8000.exceptions
 
-    if isinstance(exc, (pg8000.exceptions.InterfaceError, OSError)):
+    if isinstance(exc, ssl.SSLError):
+        return False  # a certificate or TLS setting refused: a configuration error, not an outage
+    if isinstance(exc, OSError):
         return True
+    if isinstance(exc, pg8000.exceptions.InterfaceError):
+        # pg8000 says "Can't create a connection", "network error", "connection is
+        # closed" for a lost server; its other interface errors (TLS refused, an
+        # authentication method it lacks) are configuration errors.
+        text = str(exc).lower()
+        return not any(word in text for word in ("ssl", "authentication", "password"))
     if isinstance(exc, pg8000.exceptions.DatabaseError) and exc.args and isinstance(exc.args[0], dict):
         code = str(exc.args[0].get("C", ""))
         return code.startswith(_UNREACHABLE_STATES)

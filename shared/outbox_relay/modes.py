@@ -146,6 +146,7 @@ class _Pipeline:
                  summary: Summary, sleep: Callable[[float], Any]) -> None:
         self.store, self.publisher, self.policy = store, publisher, policy
         self.deadline, self.owner, self.summary, self.sleep = deadline, owner, summary, sleep
+        self.base_owner, self.tokens = owner, 0
         # Latency mode: outcome writes ride through a lost database while the invocation
         # has time (its Lambda time at the start, less a second to return).
         self.records = RecordQueue(time.monotonic() + deadline.remaining_ms() / 1000.0 - 1.0
@@ -169,6 +170,12 @@ class _Pipeline:
         except Exception as exc:
             if self.policy.mode is not Mode.LATENCY or not database_unreachable(exc):
                 raise
+            # The claim may have committed and its answer been lost: rows leased under
+            # this token that we never saw. Claim under a new token from now on, so
+            # that those do not count as ours in flight (a key's later messages would
+            # pass them); the registry takes them over under the invocation's token.
+            self.tokens += 1
+            self.owner = f"{self.base_owner}/{self.tokens}"
             return DATABASE_UNREACHABLE
 
     def reached(self, batch: Batch | str) -> None:

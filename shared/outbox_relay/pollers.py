@@ -193,6 +193,13 @@ class Handover:
                 # it began has seen this registration (it had committed before).
                 self._aware_after, unaware = renewal.at, renewal.others
             self.others, self.older_unaware = renewal.others, unaware
+            if not renewal.registered and not self.leaving:
+                # Another poller found this registration expired and took its leases
+                # over: this one counts as dead, and stops (that one is polling).
+                self.leaving = True
+                obs.logger.warning("registration taken over by another poller; stopping",
+                                   extra={"lease_owner": self.owner})
+                return
             if renewal.newer and not self.leaving:
                 self.leaving = True
                 obs.logger.info("handing over: a newer poller is polling", extra={"lease_owner": self.owner})

@@ -189,8 +189,9 @@ class Batch:
 
     @property
     def full(self) -> bool:
-        """More may be waiting: the scan reached the limit, or the byte budget cut the batch."""
-        return self.cut or max(self.due, self.scanned, len(self.claimed)) >= self.limit
+        """More may be waiting: the scan reached the limit, the byte budget cut the batch,
+        or the claim requeued expired leases."""
+        return self.cut or self.requeued > 0 or max(self.due, self.scanned, len(self.claimed)) >= self.limit
 
     @property
     def moved_from_full(self) -> bool:

@@ -46,7 +46,10 @@ def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_
     assert (a.newer, a.others) == (1, 1)  # a sees b: it should leave
     assert registry.renew("b", b.at).older_unaware == 0  # a renewed after b's reference: it knows
     assert not registry.request_successor("a", 15)  # refused: b is newer and live
-    assert registry.request_successor("b", 15) and not registry.request_successor("b", 15)  # once
+    assert registry.request_successor("b", 15)
+    # Asked again after a lost reply, it answers the same (the poller itself asks once)
+    assert registry.request_successor("b", 15)
+    assert registry.register("b", 60) == (0.0, 1)  # a registration run again keeps the first one
 
     # A successor b started that has not registered yet is on its way: no other poller starts one
     assert registry.register("x", 60)[1] == 2 and registry.renew("x", None).registered
@@ -59,6 +62,27 @@ def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_
     gap, live = registry.register("c", 60)
     assert live == 0 and 0.25 <= gap < 2.0
     assert registry.renew("gone", None).registered is False
+
+
+def test_a_taken_over_poller_is_told_and_its_derived_tokens_leases_go_too(relay_engine, app_engine, redis_prefix):
+    # Given a poller that claimed under its token and under one it derived after a lost claim
+    seed(app_engine, redis_prefix + "t", 4)
+    slow = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=1)
+    slow.register("stalled", 60)
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=5)
+    assert len(store.claim("stalled", 2, 120.0)) == 2 and len(store.claim("stalled/1", 2, 120.0)) == 2
+    time.sleep(1.2)
+
+    # When another poller finds its registration expired
+    live = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=5)
+    live.register("live", 60)
+    assert live.renew("live", None).expired == 1
+    assert live.take_over() == (1, 4)
+
+    # Then every lease of it expired now, and its own next renewal says it was taken over
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message WHERE lease_expires_at <= now()")).scalar_one() == 4
+    assert slow.renew("stalled", None).registered is False
 
 
 def test_a_dead_pollers_leases_are_taken_over_at_once_and_delivered(relay_env, monkeypatch, relay_engine, app_engine,

@@ -85,11 +85,11 @@ class ModelRegistry:
         on_its_way = any(self.live(r) and r.requested is not None and r.requested > now - lead_seconds
                          and not any(n.started > r.requested for n in self.rows.values())
                          for r in self.rows.values() if r.owner != owner)
-        if me.requested is not None or on_its_way or any(
+        if on_its_way or any(
                 self.live(r) and (r.started, r.owner) > (me.started, me.owner)
                 for r in self.rows.values() if r.owner != owner):
             return False
-        me.requested = self.now()
+        me.requested = me.requested if me.requested is not None else self.now()
         return True
 
     def leave(self, owner: str) -> None:
@@ -317,3 +317,55 @@ def test_a_cold_start_longer_than_the_lead_does_not_chain_successors() -> None:
     assert max(n for _, n in sim.polling) <= 2
     whys = [why for _, why in sim.starts]
     assert whys.count("successor") <= 200 / (40 - 20 - 5) + 1
+
+
+def test_what_counts_as_the_database_being_unreachable() -> None:
+    import ssl
+
+    import pg8000.exceptions
+
+    from outbox_relay.db import database_unreachable
+
+    def pg_error(code: str) -> Exception:
+        return pg8000.exceptions.DatabaseError({"C": code, "M": "x"})
+
+    # A lost server, a restart, a failover's symptoms: wait for it
+    for exc in (ConnectionRefusedError(), pg8000.exceptions.InterfaceError("Can't create a connection to host"),
+                pg_error("08006"), pg_error("57P01"), pg_error("57P03"), pg_error("53300"), pg_error("25006")):
+        assert database_unreachable(exc), exc
+    # A statement refused, or a TLS / authentication setting: an error, not an outage
+    for exc in (pg_error("23505"), pg_error("42P01"), ssl.SSLCertVerificationError("certificate verify failed"),
+                pg8000.exceptions.InterfaceError("Server refuses SSL"), ValueError("bug")):
+        assert not database_unreachable(exc), exc
+
+
+def test_after_a_claim_lost_with_the_database_the_poller_claims_under_a_new_token() -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from outbox_relay.backoff import Backoff
+    from outbox_relay.models import Mode
+    from outbox_relay.modes import run_invocation
+    from outbox_relay.relay import RelayPolicy
+    from support.deadline import countdown
+    from support.fakes import FakePublisher, FakeStore
+
+    # Given a store whose second claim is lost with the connection (it may have committed)
+    store = FakeStore(3)
+    claim, calls = store.claim, []
+
+    def flaky(owner, *args, **kwargs):
+        calls.append(owner)
+        if len(calls) == 2:
+            raise OperationalError("claim", {}, ConnectionResetError(), connection_invalidated=True)
+        return claim(owner, *args, **kwargs)
+
+    store.claim = flaky
+    policy = RelayPolicy(batch_size=10, lease_seconds=30, backoff=Backoff(), mode=Mode.LATENCY,
+                         poll_interval_seconds=0.02, poll_max_interval_seconds=0.02)
+
+    # When a latency-mode invocation runs through it
+    summary = run_invocation(store, FakePublisher(), policy, countdown(0.5, margin=0.1), "tok")
+
+    # Then every claim after the lost one used a token of its own, derived from the invocation's
+    assert calls[:2] == ["tok", "tok"] and set(calls[2:]) == {"tok/1"} and summary.delivered == 3
+    assert summary.database_unreachable_seconds > 0

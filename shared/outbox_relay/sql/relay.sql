@@ -263,14 +263,17 @@ WITH recent AS (
     SELECT max(CASE WHEN {{poller_is_live}} THEN now() ELSE coalesce(p.left_at, p.seen_at) END) AS covered,
            count(*) FILTER (WHERE {{poller_is_live}}) AS live
       FROM recent p
+     WHERE p.owner <> :owner
 ), purge AS (
     DELETE FROM outbox_poller WHERE channel = :channel AND started_at < now() - interval '7 days'
 ), me AS (
+    -- Run again after a lost reply, it keeps the registration it made.
     INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds)
     SELECT :owner, :channel, now(), now(), now() + make_interval(secs => :ttl_seconds),
            now() + make_interval(secs => :deadline_seconds),
            CASE WHEN prior.covered IS NOT NULL THEN greatest(EXTRACT(EPOCH FROM now() - prior.covered), 0)::float8 END
       FROM prior
+    ON CONFLICT (owner) DO UPDATE SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
     RETURNING gap_seconds
 )
 SELECT me.gap_seconds, prior.live FROM me, prior
@@ -280,16 +283,17 @@ SELECT me.gap_seconds, prior.live FROM me, prior
 -- registrations: live ones newer than it (it should leave), live ones in all,
 -- older live ones that have not renewed since :aware_after (they may not have
 -- seen it yet), and expired ones whose leases nobody took over. One round trip
--- a heartbeat; `registered` is false when the row is gone.
+-- a heartbeat; `registered` is false when the row is gone or was taken over
+-- (another poller found it expired and took its leases: it must stop).
 WITH me AS (
     UPDATE outbox_poller SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
      WHERE owner = :owner
-    RETURNING owner, channel, started_at
+    RETURNING owner, channel, started_at, taken_over_at
 ), recent AS (
     {{recent_pollers}}
 )
 SELECT now()::text,
-       EXISTS (SELECT 1 FROM me),
+       EXISTS (SELECT 1 FROM me WHERE me.taken_over_at IS NULL),
        count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) > (me.started_at, me.owner)),
        count(*) FILTER (WHERE {{poller_is_live}} AND p.owner <> me.owner),
        count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) < (me.started_at, me.owner)
@@ -300,9 +304,10 @@ SELECT now()::text,
 
 -- name: take_over_pollers
 -- Take over the leases of :channel's pollers whose registration expired (dead:
--- killed, out of memory, timed out): they expire now, so the next claim takes
--- them (one at a time, as suspects), fenced as any expired lease. Each dead
--- registration is taken over once. Leased rows through outbox_message_lease_expiry_idx.
+-- killed, out of memory, timed out), under its token or a token it derived from
+-- it ("<token>/<n>"): they expire now, so the next claim requeues them (a first
+-- expiry), fenced as any expired lease. Each dead registration is taken over
+-- once. Leased rows through outbox_message_lease_expiry_idx.
 WITH dead AS (
     UPDATE outbox_poller p SET taken_over_at = now()
      WHERE p.channel = :channel AND p.started_at > now() - interval '15 minutes'
@@ -311,18 +316,20 @@ WITH dead AS (
 ), freed AS (
     UPDATE outbox_message o SET lease_expires_at = now()
      WHERE o.status = 'leased' AND o.channel = :channel AND o.lease_expires_at > now()
-       AND o.lease_owner IN (SELECT owner FROM dead)
+       AND (o.lease_owner IN (SELECT owner FROM dead)
+            OR split_part(o.lease_owner, '/', 1) IN (SELECT owner FROM dead))
     RETURNING o.seq
 )
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM freed)
 
 -- name: request_successor
--- Note that :owner starts its successor: at most once, and only while no newer
+-- Note that :owner starts its successor (once: the poller asks once; run again
+-- after a lost reply it answers the same), and only while no newer
 -- poller of its channel is live (that one is the successor already) and no other
 -- live poller started one within :lead_seconds that has not registered yet (it
 -- is on its way: a cold start longer than the lead would otherwise chain them).
-UPDATE outbox_poller me SET successor_requested_at = now()
- WHERE me.owner = :owner AND me.successor_requested_at IS NULL
+UPDATE outbox_poller me SET successor_requested_at = coalesce(me.successor_requested_at, now())
+ WHERE me.owner = :owner
    AND NOT EXISTS (SELECT 1 FROM outbox_poller p
                     WHERE p.channel = me.channel AND p.started_at >= me.started_at AND p.owner <> me.owner
                       AND (p.started_at, p.owner) > (me.started_at, me.owner) AND {{poller_is_live}})
