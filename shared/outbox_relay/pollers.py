@@ -143,7 +143,8 @@ class Handover:
         self._started_left = deadline.seconds_left()
         self._starting: threading.Thread | None = None
         self._metrics: list[tuple[str, float]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one successor request at a time
+        self._metrics_lock = threading.Lock()  # apart: a request may wait on the database
 
     # -- the deadline the invocation runs under -------------------------------------------------
     def deadline(self) -> Deadline:
@@ -265,13 +266,13 @@ class Handover:
             obs.logger.warning("could not leave the poller registry", extra={"error_type": type(exc).__name__})
 
     def _metric(self, name: str, value: float) -> None:
-        with self._lock:
+        with self._metrics_lock:
             self._metrics.append((name, value))
 
     def emit_metrics(self) -> None:
         """Emit the metrics noted since the last call. From the invocation's thread:
         the heartbeat thread only notes them (Powertools' metric set is not thread-safe)."""
-        with self._lock:
+        with self._metrics_lock:
             noted, self._metrics = self._metrics, []
         for name, value in noted:
             obs.emit(name, value)
