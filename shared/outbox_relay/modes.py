@@ -62,18 +62,18 @@ DATABASE_UNREACHABLE = "database unreachable"
 
 class RecordQueue:
     """Outcome writes on a thread of their own, in submission order. A failed
-    write is raised in the caller's thread at its next call. With `retry_until`
-    (a monotonic time), a write that cannot reach the database is tried again,
-    backing off up to `UNREACHABLE_MAX_WAIT`, until then."""
+    write is raised in the caller's thread at its next call. With `retry_within`
+    (the invocation's deadline), a write that cannot reach the database is tried
+    again, backing off up to `UNREACHABLE_MAX_WAIT`, while more than a second is left."""
 
-    def __init__(self, retry_until: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(self, retry_within: Deadline | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-record")
         self._futures: deque[Future] = deque()
-        self._retry_until, self._sleep = retry_until, sleep
+        self._retry_within, self._sleep = retry_within, sleep
 
     def __call__(self, write: Write) -> None:
         self._reap()
-        self._futures.append(self._executor.submit(self._retrying, write) if self._retry_until is not None
+        self._futures.append(self._executor.submit(self._retrying, write) if self._retry_within is not None
                              else self._executor.submit(write))
 
     def _retrying(self, write: Write) -> RecordResult:
@@ -82,7 +82,8 @@ class RecordQueue:
             try:
                 return write()
             except Exception as exc:
-                if not database_unreachable(exc) or time.monotonic() + wait >= self._retry_until:
+                # Tried again while more than a second of the invocation is left.
+                if not database_unreachable(exc) or self._retry_within.remaining_ms() / 1000.0 - wait <= 1.0:
                     raise
             self._sleep(wait)
             wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
@@ -147,10 +148,8 @@ class _Pipeline:
         self.store, self.publisher, self.policy = store, publisher, policy
         self.deadline, self.owner, self.summary, self.sleep = deadline, owner, summary, sleep
         self.base_owner, self.tokens = owner, 0
-        # Latency mode: outcome writes ride through a lost database while the invocation
-        # has time (its Lambda time at the start, less a second to return).
-        self.records = RecordQueue(time.monotonic() + deadline.remaining_ms() / 1000.0 - 1.0
-                                   if policy.mode is Mode.LATENCY else None)
+        # Latency mode: outcome writes ride through a lost database while the invocation has time.
+        self.records = RecordQueue(deadline if policy.mode is Mode.LATENCY else None)
         self.unreachable_since: float | None = None
         self.unreachable_wait = 0.0
         ahead = bool(getattr(publisher, "pipelined", False))

@@ -191,7 +191,8 @@ def test_an_idle_latency_invocation_costs_one_claim_per_poll(mode_env, app_engin
     assert summary["claimed"] == 0 and summary["polls"] >= 15
     claims = [s for s in statements if "outbox_poller" not in s]
     registry = [s for s in statements if "outbox_poller" in s]
-    assert len(claims) == summary["polls"]
+    # (the last poll may find, after its gate, no time left to claim)
+    assert summary["polls"] - 1 <= len(claims) <= summary["polls"]
     assert 3 <= len(registry) <= 2 + 2.5 / 1.0 + 1
     assert summary["oldest_pending_age_seconds"] == 0.0
 
