@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import socket
 import ssl
+import time
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
@@ -251,6 +252,23 @@ def database_unreachable(exc: BaseException) -> bool:
         code = str(exc.args[0].get("C", ""))
         return code.startswith(_UNREACHABLE_STATES)
     return False
+
+
+def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], float], reserve: float = 0.0,
+                            sleep: Callable[[float], Any] = time.sleep) -> T:
+    """Run `work()`; while it fails because PostgreSQL cannot be reached
+    (`database_unreachable`), wait (50 ms, doubling up to `UNREACHABLE_MAX_WAIT`)
+    and run it again, as long as more than `reserve` seconds of `time_left()`
+    would remain after the wait; then raise."""
+    wait = 0.05
+    while True:
+        try:
+            return work()
+        except Exception as exc:
+            if not database_unreachable(exc) or time_left() - wait <= reserve:
+                raise
+        sleep(wait)
+        wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
 
 
 def run_with_retry(engine: Engine, work: Callable[[Any], T], *, transaction: bool = False) -> T:

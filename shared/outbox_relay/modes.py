@@ -43,7 +43,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from .db import UNREACHABLE_MAX_WAIT, database_unreachable
+from .db import UNREACHABLE_MAX_WAIT, database_unreachable, retry_while_unreachable
 from .key_turns import KeyTurns
 from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
@@ -77,16 +77,10 @@ class RecordQueue:
                              else self._executor.submit(write))
 
     def _retrying(self, write: Write) -> RecordResult:
-        wait = 0.05
-        while True:
-            try:
-                return write()
-            except Exception as exc:
-                # Tried again while more than a second of the invocation is left.
-                if not database_unreachable(exc) or self._retry_within.remaining_ms() / 1000.0 - wait <= 1.0:
-                    raise
-            self._sleep(wait)
-            wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
+        # Tried again while more than a second of the invocation is left.
+        deadline = self._retry_within
+        return retry_while_unreachable(write, time_left=lambda: deadline.remaining_ms() / 1000.0, reserve=1.0,
+                                       sleep=self._sleep)
 
     def _reap(self) -> None:
         while self._futures and self._futures[0].done():

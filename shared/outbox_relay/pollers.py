@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 
 from . import observability as obs
 from . import sql
-from .db import UNREACHABLE_MAX_WAIT, database_unreachable, run_with_retry
+from .db import retry_while_unreachable, run_with_retry
 from .models import Channel
 from .publishers.base import Deadline
 
@@ -166,17 +166,12 @@ class Handover:
         """Register, then renew once: the renewal's time is the reference for older
         pollers' awareness. While PostgreSQL cannot be reached, try again with a
         capped backoff until the deadline (then raise: nothing was claimed)."""
-        wait = 0.05
-        while True:
+        def register() -> tuple[float | None, int]:
             self._started_left = self.outer.seconds_left()
-            try:
-                self.gap_seconds, self.others = self.registry.register(self.owner, self._started_left)
-                break
-            except Exception as exc:
-                if not database_unreachable(exc) or self.outer.seconds_left() <= wait:
-                    raise
-            sleep(wait)
-            wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
+            return self.registry.register(self.owner, self._started_left)
+
+        self.gap_seconds, self.others = retry_while_unreachable(register, time_left=self.outer.seconds_left,
+                                                                sleep=sleep)
         self.registered = True
         self.older_unaware = self.others
         if self.gap_seconds is not None:
