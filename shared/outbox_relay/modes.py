@@ -49,7 +49,7 @@ from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
 from .publishers.base import Deadline, Publisher
 from .relay import NO_TIME, Batch, RelayPolicy, Summary, claim_batch, finish, run_batch
-from .store import RecordResult, Store
+from .store import LOCKED_HEAD_CONFIRM_SECONDS, RecordResult, Store
 
 Write = Callable[[], RecordResult]
 #: After a claim that found messages, the first idle wait is the poll interval divided by
@@ -196,6 +196,13 @@ class _Pipeline:
         self.sleep(min(self.unreachable_wait, left))
         return True
 
+    def wait_for(self, seconds: float) -> bool:
+        """Sleep `seconds` if the deadline leaves them; False (no sleep) when it does not."""
+        if self.deadline.seconds_left() <= seconds:
+            return False
+        self.sleep(seconds)
+        return True
+
     def wait_idle(self) -> bool:
         """Sleep the idle wait (never past the deadline), then double it up to the
         poll interval and, while idle, to its maximum; False when no time is left."""
@@ -235,6 +242,11 @@ class _Pipeline:
                 # Moved rows leave the window for good, so the next claim scans past them;
                 # a full window of rows out of turn alone would only be scanned again.
                 if batch.moved_from_full:
+                    continue
+                if batch.waiting_on_a_lock:
+                    # Its rows are moved out of the scan once the lock outlasts any claim's.
+                    if not self.wait_for(LOCKED_HEAD_CONFIRM_SECONDS):
+                        return
                     continue
                 if policy.mode is Mode.DRAIN or not self.wait_idle():
                     return

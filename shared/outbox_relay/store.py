@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -19,6 +21,12 @@ DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024
 #: moved this far ahead, seconds, so claims do not scan it again; a redrive or a
 #: discard of the dead letter brings it back at once.
 DEAD_HOLD_SECONDS = 60.0
+#: A key's first message seen locked by another transaction for this long, seconds,
+#: is held by no claim (a claim's locks last one statement): the key's rows behind
+#: it are then moved ahead, by as long as they have waited, within these bounds.
+LOCKED_HEAD_CONFIRM_SECONDS = 0.5
+LOCKED_HOLD_MIN_SECONDS = 1.0
+LOCKED_HOLD_MAX_SECONDS = 30.0
 
 
 class Claim(list):
@@ -36,7 +44,10 @@ class Claim(list):
     - `cut`: the byte budget left claimable rows behind (more is waiting, however
       few rows the claim returned);
     - `requeued`: expired leases it put back to pending (their first expiry): the
-      next claim can take them.
+      next claim can take them;
+    - `locked`: the seqs of keys' first messages it found locked by another
+      transaction, with later rows of their key in its scan; `unconfirmed`: of
+      those, the ones not yet locked for long enough for their rows to be moved.
     """
 
     scanned: int = 0
@@ -44,6 +55,8 @@ class Claim(list):
     suspect: bool = False
     cut: bool = False
     requeued: int = 0
+    locked: tuple[int, ...] = ()
+    unconfirmed: tuple[int, ...] = ()
 
 
 def lease_token(request_id: str) -> str:
@@ -105,6 +118,9 @@ class LeaseStore:
         self.default_max_attempts = default_max_attempts
         self.error_max_chars = error_max_chars
         self.ordering_on_dead = OrderingOnDead(ordering_on_dead)
+        self.locked_heads = LockedHeads()
+        #: Bounds of the hold of rows behind a key's first message locked for long, seconds.
+        self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
               max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> Claim:
@@ -132,6 +148,9 @@ class LeaseStore:
         if rows:
             claim.scanned, claim.suspect, claim.due = int(rows[0][6]), bool(rows[0][7]), int(rows[0][8])
             claim.cut, claim.requeued = bool(rows[0][9]), int(rows[0][10])
+            if rows[0][11]:
+                claim.locked = tuple(map(int, rows[0][11].split(",")))
+        claim.unconfirmed = self.locked_heads.seen(claim.locked)
         return claim
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
@@ -146,6 +165,9 @@ class LeaseStore:
             "max_bytes": int(max_bytes),
             "block_on_dead": self.ordering_on_dead is OrderingOnDead.BLOCK,
             "dead_hold_seconds": DEAD_HOLD_SECONDS,
+            "locked_heads": array_literal(self.locked_heads.confirmed()),
+            "locked_hold_min_seconds": float(self.locked_hold_seconds[0]),
+            "locked_hold_max_seconds": float(self.locked_hold_seconds[1]),
         }
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
@@ -195,6 +217,37 @@ class LeaseStore:
 
 
 _seq_of = operator.attrgetter("seq")
+
+
+class LockedHeads:
+    """Keys' first messages that claims found locked by another transaction, and
+    since when (this process's monotonic clock: it measures only how long this
+    relay has seen the lock, no stored time). A head seen locked across
+    `LOCKED_HEAD_CONFIRM_SECONDS` is confirmed: the claim then moves its key's
+    rows out of the scan. One per store, shared by a process's invocations."""
+
+    def __init__(self, confirm_seconds: float = LOCKED_HEAD_CONFIRM_SECONDS,
+                 forget_seconds: float = LOCKED_HOLD_MAX_SECONDS * 2, clock=time.monotonic) -> None:
+        self.confirm_seconds, self.forget_seconds, self._clock = confirm_seconds, forget_seconds, clock
+        self._seen: dict[int, list[float]] = {}  # head seq -> [first seen, last seen]
+        self._lock = threading.Lock()
+
+    def confirmed(self) -> list[int]:
+        now = self._clock()
+        with self._lock:
+            return [h for h, (first, _) in self._seen.items() if now - first >= self.confirm_seconds]
+
+    def seen(self, heads: Sequence[int]) -> tuple[int, ...]:
+        """Note `heads` found locked now; return those not yet confirmed. A head not
+        seen for `forget_seconds` (its rows moved out of the scan longer than the
+        longest hold, or its lock gone) starts over."""
+        now = self._clock()
+        with self._lock:
+            for h in [h for h, (_, last) in self._seen.items() if now - last > self.forget_seconds]:
+                del self._seen[h]
+            for h in heads:
+                self._seen.setdefault(h, [now, now])[1] = now
+            return tuple(h for h in heads if now - self._seen[h][0] < self.confirm_seconds)
 
 
 def array_literal(values: Sequence[int | float | str]) -> str:

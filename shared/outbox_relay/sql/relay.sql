@@ -52,12 +52,14 @@ END
 --    message waits are moved out of the way, and of a key's rows only those
 --    with every earlier one claimed with them or ours in flight are claimed.
 -- Both branches FOR UPDATE SKIP LOCKED; what is locked and not claimed is
--- unlocked at the end. The last five columns: rows of the due scan claimed or
--- moved, whether the claim is a suspect, rows the due scan returned (those
--- out of turn too: an earlier row of their key locked by another transaction,
--- or leased by another relay), whether the byte budget left claimable rows
--- behind, and expired leases requeued. When nothing was claimed: one row, NULL
--- but for those five.
+-- unlocked at the end. Rows behind a key's first message that another
+-- transaction has held locked for long (the locked_heads given) are moved ahead ("held").
+-- The last six columns: rows of the due scan claimed or moved, whether the
+-- claim is a suspect, rows the due scan returned (those out of turn too: an
+-- earlier row of their key locked by another transaction, or leased by another
+-- relay), whether the byte budget left claimable rows behind, expired leases
+-- requeued, and the first rows of keys found locked (comma-separated seqs).
+-- When nothing was claimed: one row, NULL but for those six.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
            last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again
@@ -94,7 +96,8 @@ WITH expired AS (
                  LIMIT 1) IS NOT NULL)))
      LIMIT 1
 ), due AS (
-    SELECT m.seq, m.destination, m.key, m.payload_bytes AS size, t.turn
+    SELECT m.seq, m.destination, m.key, m.payload_bytes AS size, t.turn,
+           greatest(m.created_at, m.scheduled_at) AS due_since
       FROM outbox_message m
       -- OFFSET 0 keeps the subquery apart, so that a row without a key skips it.
       LEFT JOIN LATERAL (SELECT {{turn_of}} AS turn WHERE m.key IS NOT NULL OFFSET 0) t ON true
@@ -103,11 +106,6 @@ WITH expired AS (
      ORDER BY m.available_at, m.seq
      LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM suspect) THEN 0 ELSE :limit END)
        FOR UPDATE OF m SKIP LOCKED
-), moved AS (
-    UPDATE outbox_message o SET available_at = d.turn
-      FROM due d
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM due WHERE turn > '-infinity')) AND o.seq = d.seq
-    RETURNING o.seq
 ), candidates AS (
     SELECT seq, destination, key, size, turn FROM due WHERE turn IS NULL OR turn = '-infinity'
 ), keyed AS (
@@ -133,6 +131,33 @@ WITH expired AS (
 ), out_of_turn AS (
     SELECT c.seq FROM keyed c JOIN firsts f ON f.destination = c.destination AND f.key = c.key
      WHERE f.seqs[c.r] IS DISTINCT FROM c.seq
+), locked AS (
+    -- Keys whose first message is pending and due but not in the scan: another
+    -- transaction holds it locked (SKIP LOCKED passed it). A concurrent claim
+    -- does so for milliseconds; an operator's or the application's session, for long.
+    SELECT h.destination, h.key, h.seq AS head
+      FROM outbox_message h
+     WHERE h.seq = ANY (ARRAY(SELECT seqs[1] FROM firsts WHERE seqs[1] NOT IN (SELECT seq FROM due)))
+       AND h.status = 'pending' AND h.available_at <= now()
+), held AS (
+    -- Rows out of turn behind a head that the relay has seen locked for longer
+    -- than any claim holds a row (locked_heads): moved ahead by as long as they
+    -- have waited, within bounds, so that claims stop scanning them and the
+    -- other keys flow; the hold grows while the lock lasts.
+    SELECT d.seq, now() + make_interval(secs => least(:locked_hold_max_seconds, greatest(
+               :locked_hold_min_seconds, extract(epoch FROM now() - d.due_since)))) AS until
+      FROM out_of_turn c JOIN due d ON d.seq = c.seq
+      JOIN locked l ON l.destination = d.destination AND l.key = d.key
+     WHERE l.head = ANY (CAST(:locked_heads AS bigint[]))
+), moves AS (
+    SELECT seq, turn AS until FROM due WHERE turn > '-infinity'
+    UNION ALL
+    SELECT seq, until FROM held
+), moved AS (
+    UPDATE outbox_message o SET available_at = v.until
+      FROM moves v
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM moves)) AND o.seq = v.seq
+    RETURNING o.seq
 ), budget AS (
     SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
      WHERE seq NOT IN (SELECT seq FROM out_of_turn)
@@ -166,8 +191,10 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
 -- split by models.ClaimedMessage.from_row; the body by primary key.
 SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id, c.created_at),
        c.destination, c.type, c.key, b.payload::text, b.headers::text,
-       s.scanned, s.suspect, s.due, s.cut, s.requeued
-  FROM (SELECT (SELECT count(*) FROM due) - (SELECT count(*) FROM out_of_turn) AS scanned,
+       s.scanned, s.suspect, s.due, s.cut, s.requeued, s.locked
+  FROM (SELECT (SELECT count(*) FROM due) - (SELECT count(*) FROM out_of_turn) + (SELECT count(*) FROM held)
+                   AS scanned,
+               (SELECT string_agg(head::text, ',') FROM locked) AS locked,
                (SELECT count(*) FROM requeued) AS requeued,
                EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due,
                EXISTS (SELECT 1 FROM budget WHERE running - size >= :max_bytes) AS cut) s
