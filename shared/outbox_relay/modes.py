@@ -49,7 +49,7 @@ from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
 from .publishers.base import Deadline, Publisher
 from .relay import NO_TIME, Batch, RelayPolicy, Summary, claim_batch, finish, run_batch
-from .store import LOCKED_HEAD_CONFIRM_SECONDS, RecordResult, Store
+from .store import LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
 
 Write = Callable[[], RecordResult]
 #: After a claim that found messages, the first idle wait is the poll interval divided by
@@ -245,7 +245,7 @@ class _Pipeline:
                     continue
                 if batch.waiting_on_a_lock:
                     # Its rows are moved out of the scan once the lock outlasts any claim's.
-                    if not self.wait_for(LOCKED_HEAD_CONFIRM_SECONDS):
+                    if not self.wait_for(LOCKED_HEAD_RECHECK_SECONDS):
                         return
                     continue
                 if policy.mode is Mode.DRAIN or not self.wait_idle():

@@ -20,7 +20,7 @@ from .lag import LagHistogram
 from .models import ClaimedMessage, DeliveryResult, ErrorClass, Mode, Outcome, OutcomeKind, Status
 from .observability import logger as log
 from .publishers.base import Deadline, Publisher
-from .store import LOCKED_HEAD_CONFIRM_SECONDS, RecordResult, Store
+from .store import LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
 
 #: A recorder runs outcome writes: call it with a function of no argument; it
 #: returns when the write is done (`run_batch`) or queued (the pipeline).
@@ -204,7 +204,8 @@ class Batch:
     def waiting_on_a_lock(self) -> bool:
         """It claimed and moved nothing, its window full of rows behind keys' first
         messages that another transaction holds locked, not yet for long enough to
-        tell from a concurrent claim: a claim after `LOCKED_HEAD_CONFIRM_SECONDS` moves them."""
+        tell from a concurrent claim: claim again shortly (`LOCKED_HEAD_RECHECK_SECONDS`);
+        once the lock has lasted `LOCKED_HEAD_CONFIRM_SECONDS`, a claim moves them."""
         return not self.claimed and self.scanned == 0 and self.full and bool(self.unconfirmed)
 
     def record(self, results: Sequence[DeliveryResult]) -> None:
@@ -369,8 +370,8 @@ def run_batch(store: Store, publisher: Publisher, policy: RelayPolicy, deadline:
         # message (each such claim moves them for good) or requeued expired
         # leases, is not yet the batch.
         again = batch.suspect or (not batch.claimed and (batch.scanned > 0 or batch.requeued > 0))
-        if batch.waiting_on_a_lock and deadline.seconds_left() > LOCKED_HEAD_CONFIRM_SECONDS:
-            time.sleep(LOCKED_HEAD_CONFIRM_SECONDS)
+        if batch.waiting_on_a_lock and deadline.seconds_left() > LOCKED_HEAD_RECHECK_SECONDS:
+            time.sleep(LOCKED_HEAD_RECHECK_SECONDS)
             again = True
         if not again or batch.stopped is not None:
             return finish(summary, started)

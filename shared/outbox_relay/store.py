@@ -25,6 +25,9 @@ DEAD_HOLD_SECONDS = 60.0
 #: is held by no claim (a claim's locks last one statement): the key's rows behind
 #: it are then moved ahead, by as long as they have waited, within these bounds.
 LOCKED_HEAD_CONFIRM_SECONDS = 0.5
+#: A claim whose window is full behind such a head, not yet confirmed, is tried
+#: again this soon, seconds: a concurrent claim that holds it has committed by then.
+LOCKED_HEAD_RECHECK_SECONDS = 0.05
 LOCKED_HOLD_MIN_SECONDS = 1.0
 LOCKED_HOLD_MAX_SECONDS = 30.0
 
@@ -45,9 +48,10 @@ class Claim(list):
       few rows the claim returned);
     - `requeued`: expired leases it put back to pending (their first expiry): the
       next claim can take them;
-    - `locked`: the seqs of keys' first messages it found locked by another
-      transaction, with later rows of their key in its scan; `unconfirmed`: of
-      those, the ones not yet locked for long enough for their rows to be moved.
+    - `locked`: keys' first messages it found locked by another transaction,
+      with later rows of their key in its scan, as ``"seq:xmax"`` (xmax: the
+      locking transaction); `unconfirmed`: of those, the ones not yet seen locked
+      by that transaction for long enough for their rows to be moved.
     """
 
     scanned: int = 0
@@ -55,8 +59,8 @@ class Claim(list):
     suspect: bool = False
     cut: bool = False
     requeued: int = 0
-    locked: tuple[int, ...] = ()
-    unconfirmed: tuple[int, ...] = ()
+    locked: tuple[str, ...] = ()
+    unconfirmed: tuple[str, ...] = ()
 
 
 def lease_token(request_id: str) -> str:
@@ -136,7 +140,8 @@ class LeaseStore:
         """
         if limit <= 0:
             return Claim()
-        params = self.claim_parameters(owner, limit, lease_seconds, max_bytes)
+        confirmed = self.locked_heads.confirmed()
+        params = self.claim_parameters(owner, limit, lease_seconds, max_bytes, locked_heads=confirmed)
 
         def work(conn):
             return conn.execute(sql.relay.claim, params).fetchall()
@@ -149,12 +154,15 @@ class LeaseStore:
             claim.scanned, claim.suspect, claim.due = int(rows[0][6]), bool(rows[0][7]), int(rows[0][8])
             claim.cut, claim.requeued = bool(rows[0][9]), int(rows[0][10])
             if rows[0][11]:
-                claim.locked = tuple(map(int, rows[0][11].split(",")))
-        claim.unconfirmed = self.locked_heads.seen(claim.locked)
+                claim.locked = tuple(rows[0][11].split(","))
+        self.locked_heads.seen(claim.locked)
+        # Those this claim was not told to move (confirmed since it began, maybe): claim again.
+        claim.unconfirmed = tuple(h for h in claim.locked if h not in confirmed)
         return claim
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
-                         max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> dict[str, object]:
+                         max_bytes: int = DEFAULT_BATCH_MAX_BYTES, *,
+                         locked_heads: Sequence[str] | None = None) -> dict[str, object]:
         """The bound values of `sql.relay.claim` for these arguments (also for EXPLAIN)."""
         return {
             "channel": self.channel.value,
@@ -165,7 +173,8 @@ class LeaseStore:
             "max_bytes": int(max_bytes),
             "block_on_dead": self.ordering_on_dead is OrderingOnDead.BLOCK,
             "dead_hold_seconds": DEAD_HOLD_SECONDS,
-            "locked_heads": array_literal(self.locked_heads.confirmed()),
+            "locked_heads": text_array_literal(self.locked_heads.confirmed() if locked_heads is None
+                                               else locked_heads),
             "locked_hold_min_seconds": float(self.locked_hold_seconds[0]),
             "locked_hold_max_seconds": float(self.locked_hold_seconds[1]),
         }
@@ -220,24 +229,27 @@ _seq_of = operator.attrgetter("seq")
 
 
 class LockedHeads:
-    """Keys' first messages that claims found locked by another transaction, and
-    since when (this process's monotonic clock: it measures only how long this
-    relay has seen the lock, no stored time). A head seen locked across
-    `LOCKED_HEAD_CONFIRM_SECONDS` is confirmed: the claim then moves its key's
-    rows out of the scan. One per store, shared by a process's invocations."""
+    """Keys' first messages that claims found locked by another transaction, each
+    as ``"seq:xmax"`` (the row and the transaction holding it), and since when
+    (this process's monotonic clock: it measures only how long this relay has
+    seen the lock, no stored time). One seen locked by the same transaction
+    across `LOCKED_HEAD_CONFIRM_SECONDS` is confirmed: no claim holds a row that
+    long (two claims that each held it briefly are two transactions), so the
+    claim then moves its key's rows out of the scan. One per store, shared by a
+    process's invocations."""
 
     def __init__(self, confirm_seconds: float = LOCKED_HEAD_CONFIRM_SECONDS,
                  forget_seconds: float = LOCKED_HOLD_MAX_SECONDS * 2, clock=time.monotonic) -> None:
         self.confirm_seconds, self.forget_seconds, self._clock = confirm_seconds, forget_seconds, clock
-        self._seen: dict[int, list[float]] = {}  # head seq -> [first seen, last seen]
+        self._seen: dict[str, list[float]] = {}  # "seq:xmax" -> [first seen, last seen]
         self._lock = threading.Lock()
 
-    def confirmed(self) -> list[int]:
+    def confirmed(self) -> list[str]:
         now = self._clock()
         with self._lock:
             return [h for h, (first, _) in self._seen.items() if now - first >= self.confirm_seconds]
 
-    def seen(self, heads: Sequence[int]) -> tuple[int, ...]:
+    def seen(self, heads: Sequence[str]) -> tuple[str, ...]:
         """Note `heads` found locked now; return those not yet confirmed. A head not
         seen for `forget_seconds` (its rows moved out of the scan longer than the
         longest hold, or its lock gone) starts over."""

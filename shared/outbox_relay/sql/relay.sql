@@ -6,7 +6,8 @@
 -- or leased, unless it was never tried and waits for its deliver_at
 -- (docs/design.md, "Per-key ordering"). Served by outbox_message_key_active_idx.
 k.status IN ('pending', 'leased')
-AND NOT (k.status = 'pending' AND k.attempts = 0 AND k.available_at = k.scheduled_at AND k.available_at > now())
+AND NOT (k.status = 'pending' AND k.attempts = 0 AND k.scheduled_at IS NOT NULL AND k.available_at = k.scheduled_at
+         AND k.available_at > now())
 
 -- name: turn_of
 -- What the claim may do with due row `m` of a key, from the first earlier row
@@ -58,7 +59,8 @@ END
 -- claim is a suspect, rows the due scan returned (those out of turn too: an
 -- earlier row of their key locked by another transaction, or leased by another
 -- relay), whether the byte budget left claimable rows behind, expired leases
--- requeued, and the first rows of keys found locked (comma-separated seqs).
+-- requeued, and the first rows of keys found locked (comma-separated seq:xmax,
+-- xmax being the locking transaction).
 -- When nothing was claimed: one row, NULL but for those six.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
@@ -135,20 +137,21 @@ WITH expired AS (
     -- Keys whose first message is pending and due but not in the scan: another
     -- transaction holds it locked (SKIP LOCKED passed it). A concurrent claim
     -- does so for milliseconds; an operator's or the application's session, for long.
-    SELECT h.destination, h.key, h.seq AS head
+    SELECT h.destination, h.key, h.seq || ':' || h.xmax AS head
       FROM outbox_message h
      WHERE h.seq = ANY (ARRAY(SELECT seqs[1] FROM firsts WHERE seqs[1] NOT IN (SELECT seq FROM due)))
        AND h.status = 'pending' AND h.available_at <= now()
 ), held AS (
-    -- Rows out of turn behind a head that the relay has seen locked for longer
-    -- than any claim holds a row (locked_heads): moved ahead by as long as they
+    -- Rows out of turn behind a head that the relay has seen locked by the same
+    -- transaction (xmax) for longer than any claim holds a row
+    -- (locked_heads, as seq:xmax): moved ahead by as long as they
     -- have waited, within bounds, so that claims stop scanning them and the
     -- other keys flow; the hold grows while the lock lasts.
     SELECT d.seq, now() + make_interval(secs => least(:locked_hold_max_seconds, greatest(
                :locked_hold_min_seconds, extract(epoch FROM now() - d.due_since)))) AS until
       FROM out_of_turn c JOIN due d ON d.seq = c.seq
       JOIN locked l ON l.destination = d.destination AND l.key = d.key
-     WHERE l.head = ANY (CAST(:locked_heads AS bigint[]))
+     WHERE l.head = ANY (CAST(:locked_heads AS text[]))
 ), moves AS (
     SELECT seq, turn AS until FROM due WHERE turn > '-infinity'
     UNION ALL
