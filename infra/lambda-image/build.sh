@@ -16,14 +16,18 @@
 # interpreter is copied from this machine: the python3.12 that `sam build`
 # needs anyway (the same interpreter then builds the layers and runs them).
 #
-# Usage: infra/lambda-image/build.sh [PYTHON3.12]
+# Usage: infra/lambda-image/build.sh [--name] [PYTHON3.12]
 #   Prints the image name on its last line. Reuses the image when it exists:
 #   its tag is a hash of this directory and of the interpreter's version, so a
-#   change to either makes a new one. Needs root (debootstrap) and Docker.
-#   DEBIAN_MIRROR overrides the Debian mirror.
+#   change to either makes a new one. Needs root and debootstrap (apt-get
+#   install debootstrap; `outbox local` and .ci/run check for both first) and
+#   Docker. --name prints the name and builds nothing. DEBIAN_MIRROR
+#   overrides the Debian mirror.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
+name_only=false
+if [ "${1:-}" = "--name" ]; then name_only=true; shift; fi
 python="${1:-$(command -v python3.12 || true)}"
 if [ -z "$python" ] || ! "$python" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
   echo "lambda-image: need a python3.12 interpreter (argument 1 or on PATH), got '${python}'" >&2
@@ -38,6 +42,7 @@ esac
 version="$("$python" -c 'import platform; print(platform.python_version())')"
 digest="$( (cat "$here/build.sh" "$here/bootstrap" "$here/bootstrap.py"; echo "$version $arch") | sha256sum | cut -c1-12)"
 image="outbox-relay/lambda-python3.12:${arch}-${digest}"
+if $name_only; then echo "$image"; exit 0; fi
 
 if docker image inspect "$image" >/dev/null 2>&1; then
   echo "lambda-image: reusing $image" >&2
@@ -46,8 +51,8 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 fi
 
 if ! command -v debootstrap >/dev/null; then
-  echo "lambda-image: debootstrap is missing; installing it from Debian's packages" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >&2
+  echo "lambda-image: needs debootstrap to make the root file system: apt-get install debootstrap" >&2
+  exit 2
 fi
 
 # Intermediate files (the root file system, a few hundred MB) stay outside the checkout.

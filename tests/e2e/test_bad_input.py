@@ -190,6 +190,7 @@ class BadOption:
 
 def _bad_options(files: dict[str, str]) -> list[BadOption]:
     ev, em = ("enqueue-event",), ("enqueue-email",)
+    li, ls, fn = ("local", "invoke"), ("local", "start-lambda"), ("RelayRedisFunction",)
     rows = [
         BadOption(ev, "--stream", "", "stream:"), BadOption(ev, "--stream", "a}b", "stream:"),
         BadOption(ev, "--type", " ", "type:"),
@@ -259,6 +260,18 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(("purge",), "--delivered-older-than", "P99999999Y", "--delivered-older-than"),
         BadOption(("purge",), "--dead-older-than", "99999999999999d", "--dead-older-than"),
         BadOption(("purge",), "--batch-size", "0", "--batch-size"),
+        # outbox local: refused before Docker, a build or a server is touched
+        BadOption(li, "FUNCTION", "NoSuchFunction", "FUNCTION"),
+        BadOption(li, "--event", files["missing"], "--event", extra=fn),
+        BadOption(li, "--event", files["not_json"], "--event", extra=fn),
+        BadOption(li, "--event", files["a_list"], "--event", extra=fn),
+        BadOption(li, "--event", files["directory"], "--event", extra=fn),
+        BadOption(li, "--image", "Not An Image", "--image", extra=fn),
+        BadOption(li, "--python", files["missing"], "--python", extra=fn),
+        BadOption(li, "--python", files["not_json"], "is not a python3.12 interpreter", extra=fn),
+        BadOption(ls, "--host", "not-an-address", "--host"), BadOption(ls, "--port", "0", "--port"),
+        BadOption(ls, "--port", "70000", "--port"), BadOption(ls, "--image", "UPPER/case", "--image"),
+        BadOption(ls, "--python", files["binary"], "is not a python3.12 interpreter"),
     ]
     return rows
 

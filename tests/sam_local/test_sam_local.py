@@ -4,31 +4,31 @@ CLI's own emulator, on the machine's PostgreSQL and Redis and on moto for SES:
 start-lambda` invoked twice through boto3's Lambda client, and the layer
 under /opt as what the functions import. The assertions are those of the
 in-process tests (tests/e2e): rows, stream entries, what moto recorded, the
-response CloudFormation would get. How the containers reach the services and
-why the build is for this machine's architecture: decision 0024.
+response CloudFormation would get. Everything runs through the code of
+`outbox local` (outbox_tools.sam_local), and `outbox local invoke` itself runs
+as a user runs it. How the containers reach the services and why the build is
+for this machine's architecture: decisions 0024 and 0039.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import signal
-import socket
+import os
 import subprocess
-import time
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-import boto3
 import pytest
-from botocore.config import Config
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import current_revision, head_revision, upgrade
 from outbox_tools.redis_nodes import free_port
+from outbox_tools.sam_local.sam import StartLambda, invoke
 from outbox_tools.servers import drop_database, with_database
 from support.events import (
     EVENTS,
@@ -42,16 +42,6 @@ from support.events import (
     seed_rows,
     statuses,
 )
-from support.sam_local import (
-    SAM,
-    WORK,
-    host_template,
-    invoke,
-    json_logs,
-    local_parameter_overrides,
-    sam_env,
-    sam_environment,
-)
 from support.template import ROOT, TemplateModel
 
 pytestmark = pytest.mark.sam_local
@@ -63,8 +53,7 @@ MIGRATION_TABLES = {"outbox_message", "outbox_message_body", "outbox_alembic_ver
 
 def assert_ran(done) -> None:
     """The invocation returned a result, not an error."""
-    failed = done.returncode != 0 or not isinstance(done.result, dict) or "errorType" in done.result
-    assert not failed, f"{done.result}\n{done.logs[-3000:]}"
+    assert not done.failed, f"{done.result}\n{done.logs[-3000:]}"
 
 
 def samples_of(function: str) -> list[str]:
@@ -72,12 +61,11 @@ def samples_of(function: str) -> list[str]:
 
 
 @pytest.fixture
-def run(invoke_image, build_dir, python312, host_services, tmp_path):
+def run(invoke_image, build_dir, python312, host_services):
     """`sam local invoke FUNCTION` with a sample event on the database `database_url`."""
     def run_it(function: str, event: dict[str, Any], database_url: str):
-        env = sam_env(host_services.addresses, database_url)
-        return invoke(function, event, env, image=invoke_image, build_dir=build_dir, python312=python312,
-                      tmp=tmp_path)
+        return invoke(function, event, host_services.environment(database_url), root=ROOT, build_dir=build_dir,
+                      image=invoke_image, python312=python312, timeout=300)
     return run_it
 
 
@@ -88,23 +76,6 @@ def run(invoke_image, build_dir, python312, host_services, tmp_path):
 def test_every_function_of_the_template_is_invoked_with_its_samples() -> None:
     functions = set(TemplateModel(every_condition=True).of_type("AWS::Serverless::Function"))
     assert {f for f, _ in SAMPLES} == functions
-
-
-def test_the_local_build_differs_from_the_template_only_in_architecture() -> None:
-    from cfnlint.decode import cfn_yaml
-
-    def leaves(node: Any, path: tuple = ()) -> dict[tuple, Any]:
-        if isinstance(node, dict):
-            return {k: v for key, value in node.items() for k, v in leaves(value, (*path, key)).items()}
-        if isinstance(node, list):
-            return {k: v for i, value in enumerate(node) for k, v in leaves(value, (*path, i)).items()}
-        return {path: node}
-
-    deployed, local = leaves(cfn_yaml.load(str(ROOT / "template.yaml"))), leaves(host_template())
-    changed = {path for path in deployed.keys() | local.keys() if deployed.get(path) != local.get(path)}
-    assert all(p[-1] == "BuildArchitecture" or "Architectures" in p[-2:] or "CompatibleArchitectures" in p
-               for p in changed), changed
-    assert {deployed[p] for p in changed} <= {"arm64"}
 
 
 # --------------------------------------------------------------------------
@@ -246,21 +217,6 @@ def test_a_failed_migration_in_a_container_answers_failed_from_both_layers(run, 
 # sam local start-lambda: a developer's integration test through boto3
 # --------------------------------------------------------------------------
 
-class StartLambda:
-    """`sam local start-lambda` with warm containers, its output in a file."""
-
-    def __init__(self, process: subprocess.Popen, port: int, log: Path) -> None:
-        self.process, self.port, self.log = process, port, log
-
-    def client(self) -> Any:
-        return boto3.client("lambda", endpoint_url=f"http://127.0.0.1:{self.port}", region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing",
-                            config=Config(read_timeout=300, retries={"max_attempts": 0}))
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
 def _containers(function: str) -> list[str]:
     out = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label=sam.cli.function.name={function}"],
                          capture_output=True, text=True, timeout=30).stdout
@@ -282,38 +238,26 @@ def warm_database(servers, template_db) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def start_lambda(invoke_image, build_dir, python312, host_services, warm_database,
                  tmp_path_factory) -> Iterator[StartLambda]:
-    tmp = tmp_path_factory.mktemp("start-lambda")
-    env_file, log = tmp / "env.json", tmp / "start-lambda.log"
-    env_file.write_text(json.dumps(sam_env(host_services.addresses, warm_database)))
-    port = free_port()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [SAM, "local", "start-lambda", "-t", str(build_dir / "template.yaml"), "--host", "127.0.0.1",
-             "--port", str(port), "--env-vars", str(env_file), "--invoke-image", invoke_image, "--skip-pull-image",
-             "--warm-containers", "LAZY", "--parameter-overrides", local_parameter_overrides()],
-            cwd=WORK, env=sam_environment(python312), stdout=out, stderr=subprocess.STDOUT)
-    server = StartLambda(process, port, log)
-    deadline = time.monotonic() + 180
-    while True:
-        assert process.poll() is None, server.output()[-3000:]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "start-lambda did not listen within 180 s:\n" + server.output()[-3000:]
-            time.sleep(0.5)
-    try:
+    """`sam local start-lambda` as `outbox local start-lambda` runs it; at the end it is
+    stopped as Ctrl-C stops it, and the warm containers it left are removed."""
+    log = tmp_path_factory.mktemp("start-lambda") / "start-lambda.log"
+    with StartLambda(host_services.environment(warm_database), root=ROOT, build_dir=build_dir, image=invoke_image,
+                     python312=python312, port=free_port(), output=log) as server:
         yield server
-    finally:
-        # Ctrl-C, as a developer stops it: the SAM CLI then removes its warm containers.
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        for container in _containers("RelayRedisFunction"):
-            subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=60)
+    assert _containers("RelayRedisFunction") == []
+
+
+def json_logs(output: str) -> list[dict[str, Any]]:
+    """The function's JSON log lines (Powertools) in an output."""
+    lines = []
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"level"' in line:
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                continue
+    return lines
 
 
 def _relay_connections(engine, database: str) -> set[int]:
@@ -353,7 +297,7 @@ def test_start_lambda_reuses_a_warm_container(start_lambda, warm_database, redis
         assert len(containers) == 1 and _containers("RelayRedisFunction") == containers
         assert connections and connections <= _relay_connections(engine, database)
         # and the logs say so: the first invocation was the container's cold start, the second was not
-        batches = [line for line in json_logs(start_lambda.output()) if line.get("message") == "relay batch done"]
+        batches = [line for line in json_logs(start_lambda.read_output()) if line.get("message") == "relay batch done"]
         assert [(b["cold_start"], b["claimed"]) for b in batches] == [(True, 3), (False, 2)]
     finally:
         engine.dispose()
@@ -386,3 +330,46 @@ def test_the_warm_container_holds_the_built_layer_under_opt(start_lambda, build_
                             capture_output=True, text=True, timeout=60)
     mounted = {m["Destination"]: Path(m["Source"]) for m in json.loads(mounts.stdout)}
     assert mounted == {"/var/task": build_dir / "RelayRedisFunction"}
+
+
+# --------------------------------------------------------------------------
+# outbox local invoke: the command a user runs, as a process
+# --------------------------------------------------------------------------
+
+def _outbox_local(args: list[str], database_url: str, redis_url: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "OUTBOX_", "AWS_"))}
+    env.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
+    return subprocess.run([sys.executable, "-m", "outbox_tools.cli", "local", "invoke", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_outbox_local_invoke_prints_the_relays_summary(docker, invoke_image, build_dir, servers, database_url,
+                                                       app_engine, redis_client, redis_prefix) -> None:
+    # Given messages waiting for the Redis relay
+    stream = seed("redis", app_engine, redis_prefix)
+    # When a user runs `outbox local invoke RelayRedisFunction` (its sample event by default)
+    proc = _outbox_local(["RelayRedisFunction"], database_url, servers.redis_url)
+    # Then standard output is the function's summary alone, and the messages are in the stream
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert (summary["channel"], summary["claimed"], summary["delivered"]) == ("redis", 3, 3)
+    assert redis_client.xlen(stream) == 3
+    assert statuses(app_engine) == [("redis", "delivered", True)] * 3
+    # and standard error says what it used and how long the function took, with no traceback
+    assert "outbox local: RelayRedisFunction returned in" in proc.stderr and "Traceback" not in proc.stderr
+    # Docker was running before it, so it is running after it
+    assert subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+def test_outbox_local_invoke_answers_cloudformation_for_the_migration(docker, invoke_image, build_dir, servers,
+                                                                      empty_database_url) -> None:
+    # Given an empty database, when a user invokes the migration function on its Create sample
+    proc = _outbox_local(["MigrationFunction", "--event", "events/migrate-create.json"], empty_database_url,
+                         servers.redis_url)
+    # Then the sample's ResponseURL was pointed at the command's own server, which got SUCCESS,
+    # and the result printed is that answer
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout)
+    assert (answer["Status"], answer["Data"]["Revision"]) == ("SUCCESS", head_revision())
+    assert "CloudFormation's response URL got SUCCESS" in proc.stderr
+    assert _tables_and_revision(empty_database_url) == (MIGRATION_TABLES, head_revision())

@@ -1,4 +1,4 @@
-"""`outbox`: the command line (migrate, enqueue, relay, stats, demo, operations).
+"""`outbox`: the command line (migrate, enqueue, relay, stats, demo, operations, local).
 
 Every command finds PostgreSQL through `DATABASE_URL` (and Redis through
 `REDIS_URL`) or, when they are unset, the local services on their standard
@@ -13,7 +13,7 @@ import click
 
 from outbox_relay.errors import ConfigurationError, InvalidMessageError
 
-from . import local, messages, operations
+from . import local, messages, operations, sam_local
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -73,4 +73,5 @@ def main() -> None:
 for _command in (local.migrate, messages.enqueue_event_cmd, messages.enqueue_email_cmd, local.relay,
                  operations.stats, local.demo, operations.dead, operations.redrive, operations.purge):
     main.add_command(_command)
+main.add_command(sam_local.local_group)
 
