@@ -1,8 +1,10 @@
 """A TCP forwarder: listens on one address and relays each connection to a
-target. The sam_local tests bind one to the Docker bridge's address, so that a
-Lambda container reaches PostgreSQL and Redis, which listen on 127.0.0.1 only
-and are not ours to reconfigure; the integration tests put one in front of
-Redis and cut its connections, as a partition or a failover would."""
+target, a TCP address or a Unix socket. The sam_local tests bind one to the
+Docker bridge's address, so that a Lambda container reaches PostgreSQL and
+Redis, which listen on 127.0.0.1 only and are not ours to reconfigure; the
+integration tests put one in front of PostgreSQL or Redis and cut its
+connections, as a partition or a failover would, and reach the embedded
+servers, which listen on Unix sockets only, over TCP through one."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import threading
 
 
 class Forwarder:
-    """Relay connections on (`host`, `port`) (0: a free port) to (`target_host`, `target_port`)."""
+    """Relay connections on (`host`, `port`) (0: a free port) to (`target_host`, `target_port`),
+    or, when `target_port` is None, to the Unix socket at path `target_host`."""
 
-    def __init__(self, host: str, target_host: str, target_port: int, port: int = 0) -> None:
+    def __init__(self, host: str, target_host: str, target_port: int | None, port: int = 0) -> None:
         self.target = (target_host, target_port)
         self._listener = socket.create_server((host, port))
         self.host, self.port = self._listener.getsockname()[:2]
@@ -45,7 +48,7 @@ class Forwarder:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target, timeout=10)
+                upstream = self._connect()
             except OSError:
                 client.close()
                 continue
@@ -58,6 +61,19 @@ class Forwarder:
                 self._open.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        host, port = self.target
+        if port is not None:
+            return socket.create_connection((host, port), timeout=10)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(10)
+            sock.connect(host)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
