@@ -41,6 +41,7 @@ from outbox_tools.lambda_local import project_root
 from outbox_tools.servers import create_database, drop_database, with_database
 from support.forward import Forwarder
 from support.network import redis_target
+from support.refusing_postgres import RefusingPostgres
 
 ROOT = project_root()
 REDIS_EVENT = str(ROOT / "events" / "relay-redis-scheduler.json")
@@ -69,7 +70,8 @@ SES_RELAY = ("relay", "--event", SES_EVENT)
 # {variable: [bad values]}. `{unmigrated}`, `{missing}` and `{url}` in a value (and in
 # `env`) are filled in with this module's databases, `{q}` with what starts one more
 # query parameter of `{url}` (`?`, or `&` after an embedded server's `?unix_sock=`),
-# `{tcp_redis}` with a URL of this module's Redis over TCP.
+# `{tcp_redis}` with a URL of this module's Redis over TCP, `{refusing}` with the path of
+# a Unix socket where a server refuses every database (`support.refusing_postgres`).
 ENV: dict[str, list[Bad]] = {
     "OUTBOX_CHANNEL": [Bad("kafka", "'redis' or 'ses'")],
     "DATABASE_URL": [
@@ -87,6 +89,10 @@ ENV: dict[str, list[Bad]] = {
         Bad("{url}{q}sslmode=require", "DATABASE_TLS"),
         Bad("{url}{q}sslmode=require", "DATABASE_TLS", command=("stats",)),
         Bad("{url}{q}foo=bar", "'foo'"),
+        # The server's refusal over a Unix socket, not the broken pipe of pg8000's goodbye after it
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist'),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist',
+            command=("migrate",)),
     ],
     "DATABASE_SECRET_ARN": [Bad("arn:aws:secretsmanager:us-east-1:123456789012:secret:none", "cannot read the secret",
                                 env=NO_URL, secrets=True)],
@@ -344,13 +350,14 @@ class Place:
     tcp_redis_url: str
     prefix: str
     files: dict[str, str]
+    refusing: RefusingPostgres
 
     def fill(self, value: str | None) -> str | None:
         """`value` with this module's places filled in (see `ENV`)."""
         if value is None:
             return None
         return value.format(url=self.url, q="&" if "?" in self.url else "?", unmigrated=self.unmigrated,
-                            missing=self.missing, tcp_redis=self.tcp_redis_url)
+                            missing=self.missing, tcp_redis=self.tcp_redis_url, refusing=self.refusing.path)
 
     def snapshot(self) -> tuple[list, list]:
         engine = create_engine(self.url, poolclass=NullPool)
@@ -390,8 +397,11 @@ def place(servers, template_db, tmp_path_factory) -> Iterator[Place]:
     host, port = redis_target(servers.redis_url)
     forwarder = Forwarder("127.0.0.1", host, port).__enter__() if port is None else None
     tcp_redis_url = servers.redis_url if forwarder is None else f"redis://127.0.0.1:{forwarder.port}/0"
+    files = _files(tmp_path_factory.mktemp("bad-input"))
+    refusing = RefusingPostgres(str(Path(files["directory"]).parent / ".s.PGSQL.5432")).__enter__()
     yield Place(url, with_database(servers.database_url, unmigrated), with_database(servers.database_url, name + "_none"),
-                servers.redis_url, tcp_redis_url, prefix, _files(tmp_path_factory.mktemp("bad-input")))
+                servers.redis_url, tcp_redis_url, prefix, files, refusing)
+    refusing.close()
     if forwarder is not None:
         forwarder.cut()
     drop_database(servers.database_url, name)
