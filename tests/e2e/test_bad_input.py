@@ -70,8 +70,9 @@ SES_RELAY = ("relay", "--event", SES_EVENT)
 # {variable: [bad values]}. `{unmigrated}`, `{missing}` and `{url}` in a value (and in
 # `env`) are filled in with this module's databases, `{q}` with what starts one more
 # query parameter of `{url}` (`?`, or `&` after an embedded server's `?unix_sock=`),
-# `{tcp_redis}` with a URL of this module's Redis over TCP, `{refusing}` with the path of
-# a Unix socket where a server refuses every database (`support.refusing_postgres`).
+# `{tcp_redis}` with a URL of this module's Redis over TCP, `{no_socket}` with the path of
+# a Unix socket where nothing listens, `{refusing}` with one where a server refuses every
+# database (`support.refusing_postgres`).
 ENV: dict[str, list[Bad]] = {
     "OUTBOX_CHANNEL": [Bad("kafka", "'redis' or 'ses'")],
     "DATABASE_URL": [
@@ -89,6 +90,12 @@ ENV: dict[str, list[Bad]] = {
         Bad("{url}{q}sslmode=require", "DATABASE_TLS"),
         Bad("{url}{q}sslmode=require", "DATABASE_TLS", command=("stats",)),
         Bad("{url}{q}foo=bar", "'foo'"),
+        # A Unix socket where no server listens (a typo in the path, a server not started)
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL"),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
+            command=("stats",)),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
+            command=("migrate",)),
         # The server's refusal over a Unix socket, not the broken pipe of pg8000's goodbye after it
         Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist'),
         Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist',
@@ -357,7 +364,9 @@ class Place:
         if value is None:
             return None
         return value.format(url=self.url, q="&" if "?" in self.url else "?", unmigrated=self.unmigrated,
-                            missing=self.missing, tcp_redis=self.tcp_redis_url, refusing=self.refusing.path)
+                            missing=self.missing, tcp_redis=self.tcp_redis_url,
+                            no_socket=str(Path(self.files["directory"]) / ".s.PGSQL.5432"),
+                            refusing=self.refusing.path)
 
     def snapshot(self) -> tuple[list, list]:
         engine = create_engine(self.url, poolclass=NullPool)
