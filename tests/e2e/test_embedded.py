@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from outbox_tools.lambda_local import project_root
+from support.interrupt import sigint_default, sigint_ignored
 
 pytestmark = pytest.mark.slow
 
@@ -65,9 +66,12 @@ def test_demo_on_embedded_servers(tmp_path):
 ], ids=["ctrl-c-while-relaying-events", "ctrl-c-while-sending-emails", "sigterm"])
 def test_an_interrupted_demo_leaves_nothing_behind(tmp_path, after, signum):
     env = _environment(tmp_path)
-    # Given a demo on embedded servers, in a process group of its own as a terminal would run it
-    demo = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=project_root(), start_new_session=True)
+    # Given a demo on embedded servers, in a process group of its own as a terminal would run it,
+    # started from a parent that ignores SIGINT (as a background job does)
+    with sigint_ignored():
+        demo = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=project_root(),
+                                start_new_session=True, preexec_fn=sigint_default)
     try:
         seen = []
         for line in demo.stdout:
