@@ -90,3 +90,15 @@ def test_an_interrupted_demo_leaves_nothing_behind(tmp_path, after, signum):
     assert err.strip().splitlines() == ["Error: demo interrupted; what it had created is removed"], err
     # And it left nothing: no directory, no server process
     assert _left_behind(tmp_path) == ([], [])
+
+
+def test_embedded_servers_start_without_warnings_where_xdg_runtime_dir_is_unset(tmp_path):
+    # Given no XDG_RUNTIME_DIR, as in a container, CI or a shell without a login session
+    env = _environment(tmp_path)
+    del env["XDG_RUNTIME_DIR"]
+    # When the embedded servers start and stop, as for the demo
+    proc = subprocess.run([sys.executable, "-c", "from outbox_tools.servers import find_servers; "
+                           "find_servers(mode='embedded').close()"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    # Then nothing is printed (platformdirs warned of its fallback, which pgserver's lock file is fine in)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
