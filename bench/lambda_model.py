@@ -232,8 +232,9 @@ class InvokeApi:
                     except ValueError:
                         event = None
                     if isinstance(event, dict):
-                        self._answer(202, b"")
+                        # Queued before the 202, as Lambda does: a caller that sees the answer finds it queued.
                         invoke(event)
+                        self._answer(202, b"")
                         return
                 self._refuse()
 

@@ -150,6 +150,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
     )
     event.listen(engine, "connect", _set_no_delay)
     event.listen(engine, "handle_error", _socket_errors_are_disconnects)
+    event.listen(engine, "handle_error", server_error_behind_a_closed_socket)
     memoize_paramstyle_conversion()
 
     if settings.database_iam_auth:
@@ -187,6 +188,26 @@ def _socket_errors_are_disconnects(ctx: Any) -> Any:
     if isinstance(original, OSError) and ctx.sqlalchemy_exception is None:
         ctx.is_disconnect = True
         return OperationalError(ctx.statement, ctx.parameters, original, connection_invalidated=True)
+    return None
+
+
+def server_error_behind_a_closed_socket(ctx: Any) -> Any:
+    """The server's refusal of a new connection (a database that does not exist, a
+    login refused) instead of pg8000's "network error" that hides it: pg8000 sends
+    Terminate before raising, which over a Unix socket the server has already closed
+    fails with a broken pipe that replaces the server's error (left in its chain)."""
+    import pg8000.exceptions
+
+    original = ctx.original_exception
+    if not isinstance(original, pg8000.exceptions.InterfaceError):
+        return None
+    cause: BaseException | None = original
+    for _ in range(4):
+        cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            return None
+        if isinstance(cause, pg8000.exceptions.DatabaseError) and cause.args and isinstance(cause.args[0], dict):
+            return DBAPIError.instance(None, None, cause, pg8000.exceptions.Error, dialect=ctx.dialect)
     return None
 
 

@@ -120,8 +120,10 @@ class EventMessage(BaseModel):
     key: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     headers: dict[str, str] | None = None
     message_id: uuid.UUID | None = None
-    deliver_at: datetime | None = None
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    # Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
+    # "3"), epoch seconds, floats and booleans are refused rather than converted.
+    deliver_at: datetime | None = Field(default=None, strict=True)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
 
     @field_validator("stream")
     @classmethod

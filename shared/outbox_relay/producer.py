@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
+from sqlalchemy.engine import Engine
+
 from . import sql
 from .email.mime import check_size
 from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
@@ -86,6 +88,21 @@ def _check_repeats(data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _
         raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
 
 
+def check_conn(conn: Any) -> None:
+    """Refuse what cannot carry the caller's transaction, naming `conn`: None, an
+    Engine (no transaction of its own), or a DB-API connection (pg8000's, sqlite3's:
+    they take neither SQLAlchemy statements nor its named parameters)."""
+    if conn is not None and not isinstance(conn, Engine) and callable(getattr(conn, "execute", None)) \
+            and not hasattr(conn, "cursor"):
+        return
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    what = ("None" if conn is None else
+            "an Engine (pass the conn of `with engine.begin() as conn:`)" if isinstance(conn, Engine) else
+            f"a DB-API connection ({kind})" if hasattr(conn, "cursor") else f"a {kind}")
+    raise InvalidMessageError("conn", f"must be the SQLAlchemy Connection or Session of your open transaction, "
+                                      f"not {what}")
+
+
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     """Write one validated message row (`sql.producer.insert_message` parameters) in the
     caller's transaction and return its message id.
@@ -120,7 +137,9 @@ def enqueue_event(
     """Write a domain event for the Redis Stream `stream`, in the caller's transaction.
 
     Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
+        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction
+            (anything else, an Engine or a DB-API connection included, is refused:
+            `InvalidMessageError` on ``conn``).
         stream: stream key (non-empty; braces only as a Redis Cluster hash tag).
         type: event type, e.g. ``"order.placed"`` (non-empty).
         payload: any JSON-serialisable value, at most 256 KiB as UTF-8 JSON; NaN
@@ -129,9 +148,11 @@ def enqueue_event(
             not empty (leave it out for no key).
         message_id: idempotency key; enqueueing the same id again writes
             nothing and returns it. A fresh UUID4 when omitted.
-        deliver_at: timezone-aware time before which it is not delivered, at most
-            366 days ahead; a past one (at most 366 days back) means now.
-        max_attempts: per-message retry budget (1..1000), else the relay's default.
+        deliver_at: timezone-aware `datetime` before which it is not delivered, at most
+            366 days ahead; a past one (at most 366 days back) means now. Text and
+            numbers are refused, not parsed.
+        max_attempts: per-message retry budget, an `int` from 1 to 1000 (text, floats
+            and booleans are refused), else the relay's default.
         headers: optional string metadata, published as the `headers` field (JSON).
 
     Returns:
@@ -140,6 +161,7 @@ def enqueue_event(
     Raises:
         InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
     """
+    check_conn(conn)
     row = event_row({
         "stream": stream, "type": type, "payload": payload, "key": key, "headers": headers,
         "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
@@ -172,6 +194,7 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     caller's transaction must not commit, which leaving its `with` block by the
     exception ensures).
     """
+    check_conn(conn)
     data = messages if isinstance(messages, Sequence) else list(messages)
     now = datetime.now(timezone.utc)  # one time for every deliver_at, in both passes
     ids: list[uuid.UUID] = []
@@ -323,7 +346,8 @@ def enqueue_email(
     """Write a transactional email into the outbox, in the caller's transaction.
 
     Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
+        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction
+            (anything else is refused: `InvalidMessageError` on ``conn``).
         to, cc, bcc: recipient mailboxes (``a@example.com`` or ``Name <a@example.com>``;
             a single string is a list of one); 1–50 in all.
         subject: non-empty, one line, UTF-8 (leading and trailing blanks are dropped).
@@ -340,9 +364,9 @@ def enqueue_email(
             tuples. With attachments the email is sent as raw MIME.
         message_id: idempotency key (UUID); enqueueing the same id again writes
             nothing and returns it. A fresh UUID4 when omitted.
-        deliver_at: timezone-aware time before which it is not sent, at most 366
-            days ahead; a past one (at most 366 days back) means now.
-        max_attempts: per-message retry budget (1..1000), else the relay's default.
+        deliver_at: timezone-aware `datetime` before which it is not sent, at most 366
+            days ahead; a past one (at most 366 days back) means now (text is refused).
+        max_attempts: per-message retry budget, an `int` from 1 to 1000, else the relay's default.
         key: optional ordering key (non-empty): emails with the same key and
             configuration set are sent one at a time, in enqueue order (e.g. the
             recipient's or the order's id, so "shipped" never arrives before "confirmed").
@@ -355,6 +379,7 @@ def enqueue_email(
             (``to[2]``, ``subject``, ``headers``, ``tags``, ``attachments[0].filename``,
             ``html/text``, …). Nothing is written.
     """
+    check_conn(conn)
     row = email_row(to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc, reply_to=reply_to,
                     sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
                     attachments=attachments, message_id=message_id, deliver_at=deliver_at,

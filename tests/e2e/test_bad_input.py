@@ -39,6 +39,9 @@ from outbox_relay.producer import enqueue_event
 from outbox_tools.cli import main
 from outbox_tools.lambda_local import project_root
 from outbox_tools.servers import create_database, drop_database, with_database
+from support.forward import Forwarder
+from support.network import redis_target
+from support.refusing_postgres import RefusingPostgres
 
 ROOT = project_root()
 REDIS_EVENT = str(ROOT / "events" / "relay-redis-scheduler.json")
@@ -64,8 +67,12 @@ class Bad:
 
 SES_RELAY = ("relay", "--event", SES_EVENT)
 
-# {variable: [bad values]}. `{unmigrated}`, `{missing}` and `{url}` in a value are
-# filled in with this module's databases.
+# {variable: [bad values]}. `{unmigrated}`, `{missing}` and `{url}` in a value (and in
+# `env`) are filled in with this module's databases, `{q}` with what starts one more
+# query parameter of `{url}` (`?`, or `&` after an embedded server's `?unix_sock=`),
+# `{tcp_redis}` with a URL of this module's Redis over TCP, `{no_socket}` with the path of
+# a Unix socket where nothing listens, `{refusing}` with one where a server refuses every
+# database (`support.refusing_postgres`).
 ENV: dict[str, list[Bad]] = {
     "OUTBOX_CHANNEL": [Bad("kafka", "'redis' or 'ses'")],
     "DATABASE_URL": [
@@ -80,9 +87,19 @@ ENV: dict[str, list[Bad]] = {
         Bad("postgresqlgarbage", "not a SQLAlchemy URL", command=("stats",)),
         Bad("{missing}", "does not exist", command=("dead", "list")),
         # pg8000 takes no libpq options: a query parameter would fail at connect
-        Bad("{url}?sslmode=require", "DATABASE_TLS"),
-        Bad("{url}?sslmode=require", "DATABASE_TLS", command=("stats",)),
-        Bad("{url}?foo=bar", "'foo'"),
+        Bad("{url}{q}sslmode=require", "DATABASE_TLS"),
+        Bad("{url}{q}sslmode=require", "DATABASE_TLS", command=("stats",)),
+        Bad("{url}{q}foo=bar", "'foo'"),
+        # A Unix socket where no server listens (a typo in the path, a server not started)
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL"),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
+            command=("stats",)),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
+            command=("migrate",)),
+        # The server's refusal over a Unix socket, not the broken pipe of pg8000's goodbye after it
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist'),
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist',
+            command=("migrate",)),
     ],
     "DATABASE_SECRET_ARN": [Bad("arn:aws:secretsmanager:us-east-1:123456789012:secret:none", "cannot read the secret",
                                 env=NO_URL, secrets=True)],
@@ -104,7 +121,7 @@ ENV: dict[str, list[Bad]] = {
                             Bad("-1", "greater than or equal to 0")],
     # One row per Redis setting of issue 15 (their other bad values: tests/unit/test_config.py)
     "OUTBOX_REDIS_CLUSTER": [Bad("true", "database 0 only", env={"REDIS_URL": "redis://127.0.0.1:6379/3"}),
-                             Bad("true", "not in cluster mode")],
+                             Bad("true", "not in cluster mode", env={"REDIS_URL": "{tcp_redis}"})],
     "OUTBOX_REDIS_IAM_AUTH": [Bad("true", "rediss://")],
     "OUTBOX_REDIS_IAM_CACHE_NAME": [Bad("Not A Name", "pattern")],
     "OUTBOX_REDIS_IAM_SERVERLESS": [Bad("perhaps", "true or false")],
@@ -350,8 +367,19 @@ class Place:
     unmigrated: str
     missing: str
     redis_url: str
+    tcp_redis_url: str
     prefix: str
     files: dict[str, str]
+    refusing: RefusingPostgres
+
+    def fill(self, value: str | None) -> str | None:
+        """`value` with this module's places filled in (see `ENV`)."""
+        if value is None:
+            return None
+        return value.format(url=self.url, q="&" if "?" in self.url else "?", unmigrated=self.unmigrated,
+                            missing=self.missing, tcp_redis=self.tcp_redis_url,
+                            no_socket=str(Path(self.files["directory"]) / ".s.PGSQL.5432"),
+                            refusing=self.refusing.path)
 
     def snapshot(self) -> tuple[list, list]:
         engine = create_engine(self.url, poolclass=NullPool)
@@ -387,8 +415,17 @@ def place(servers, template_db, tmp_path_factory) -> Iterator[Place]:
         conn.execute(text("UPDATE outbox_message SET status = 'delivered', delivered_at = now() - interval '30 days' "
                           "WHERE seq = (SELECT max(seq) FROM outbox_message)"))
     engine.dispose()
+    # An embedded Redis listens on a Unix socket; the rows that need TCP reach it through a forwarder.
+    host, port = redis_target(servers.redis_url)
+    forwarder = Forwarder("127.0.0.1", host, port).__enter__() if port is None else None
+    tcp_redis_url = servers.redis_url if forwarder is None else f"redis://127.0.0.1:{forwarder.port}/0"
+    files = _files(tmp_path_factory.mktemp("bad-input"))
+    refusing = RefusingPostgres(str(Path(files["directory"]).parent / ".s.PGSQL.5432")).__enter__()
     yield Place(url, with_database(servers.database_url, unmigrated), with_database(servers.database_url, name + "_none"),
-                servers.redis_url, prefix, _files(tmp_path_factory.mktemp("bad-input")))
+                servers.redis_url, tcp_redis_url, prefix, files, refusing)
+    refusing.close()
+    if forwarder is not None:
+        forwarder.cut()
     drop_database(servers.database_url, name)
     drop_database(servers.database_url, unmigrated)
     # A row that let the relay run would have published; leave no key behind either way
@@ -454,8 +491,8 @@ ENV_ROWS = [(variable, bad) for variable, bads in ENV.items() for bad in bads]
 def test_a_bad_environment_variable_is_named_and_nothing_is_written(place, variable, bad):
     # Given the queue as it is, and one variable with a bad value
     before = place.snapshot()
-    value = bad.value.format(url=place.url, unmigrated=place.unmigrated, missing=place.missing)
-    env = {**_base_env(place), **bad.env, variable: value}
+    value = place.fill(bad.value)
+    env = {**_base_env(place), **{k: place.fill(v) for k, v in bad.env.items()}, variable: value}
     # When the command runs
     result = _invoke(list(bad.command), env, secrets=bad.secrets)
     # Then it exits with status 1 and one line naming the variable and the problem

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -13,6 +15,7 @@ from sqlalchemy.pool import NullPool
 
 from outbox_tools.lambda_local import project_root
 from outbox_tools.servers import create_database, drop_database, with_database
+from support.interrupt import sigint_default, sigint_ignored
 from support.leftovers import assert_nothing_left
 
 ROOT = project_root()
@@ -92,6 +95,49 @@ def test_plain_postgresql_urls_work_and_user_errors_are_one_line(cli_env, databa
         proc = outbox(*args, env={**cli_env, **env}, check=False)
         assert proc.returncode != 0 and fragment in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # a process, interrupted
+def test_ctrl_c_ends_a_latency_relay_as_its_deadline_would(cli_env, app_engine, redis_client, redis_prefix):
+    from outbox_relay.producer import enqueue_events_bulk
+
+    # Given a backlog on four keys, and `outbox relay` in latency mode working through it in small batches
+    stream, total = redis_prefix + "busy", 5000
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream=stream, type="t", payload={"n": i}, key=f"k{i % 4}")
+                                   for i in range(total)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "POWERTOOLS_"))}
+    env.update(cli_env, OUTBOX_MODE="latency", OUTBOX_BATCH_SIZE="10")
+    with sigint_ignored():  # whichever way this run was started, as a background job would
+        relay = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "relay", "--event",
+                                  "events/relay-redis-scheduler.json", "--timeout", "60"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=sigint_default)
+    try:
+        # When Ctrl-C arrives once it has delivered some
+        give_up = time.monotonic() + 60
+        while _statuses(app_engine).get("delivered", 0) == 0 and relay.poll() is None \
+                and time.monotonic() < give_up:
+            time.sleep(0.02)
+        relay.send_signal(signal.SIGINT)
+        out, err = relay.communicate(timeout=60)
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+    # Then it ends at once with the status of an interrupted command, its summary on standard output
+    assert relay.returncode == 130, err
+    summary = json.loads(out)
+    assert summary["mode"] == "latency" and summary["interrupted"] and 0 < summary["delivered"] < total
+    assert "Aborted" not in err and "interrupted: finishing what is in flight" in err
+    # and nothing is left leased: what it delivered is delivered, once; the rest is pending, no attempt spent
+    with app_engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, attempts, count(*) FROM outbox_message GROUP BY 1, 2")).all()
+    assert sorted(rows) == [("delivered", 1, summary["delivered"]), ("pending", 0, total - summary["delivered"])]
+    assert redis_client.xlen(stream) == summary["delivered"]
+
+
+def _statuses(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT status, count(*) FROM outbox_message GROUP BY 1")).all())
 
 
 @pytest.mark.slow

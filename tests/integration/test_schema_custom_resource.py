@@ -12,11 +12,13 @@ from typing import Iterator
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import UPGRADE_LOCK_KEY, current_revision, custom_resource, head_revision, upgrade
 from outbox_tools.cfn_response import ResponseServer
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
+from outbox_tools.servers import with_database
 
 EVENTS = project_root() / "events"
 TABLES = {"outbox_message", "outbox_message_body", "outbox_alembic_version"}
@@ -114,7 +116,8 @@ def test_delete_keeps_the_schema_and_needs_no_database(handler, migrate_env, cfn
 
 
 def test_a_failed_migration_answers_failed_in_one_line_and_raises(handler, migrate_env, cfn, monkeypatch):
-    monkeypatch.setenv("DATABASE_URL", migrate_env + "_missing")
+    missing = make_url(migrate_env).database + "_missing"
+    monkeypatch.setenv("DATABASE_URL", with_database(migrate_env, missing))
     custom_resource.reset()
     with pytest.raises(Exception) as info:
         handler(sample("create", cfn.url()), LocalContext(900))
@@ -122,7 +125,7 @@ def test_a_failed_migration_answers_failed_in_one_line_and_raises(handler, migra
     reason = response.body["Reason"]
     assert response.body["Status"] == "FAILED" and "\n" not in reason
     assert reason.startswith(f"schema migration failed: {type(info.value).__name__}: ")
-    assert "_missing" in reason and "log stream local" in reason
+    assert missing in reason and "log stream local" in reason
 
 
 def test_bad_settings_answer_failed_naming_the_variable(handler, migrate_env, cfn, monkeypatch):

@@ -78,6 +78,12 @@ def test_outbox_migrate_from_a_wheel_outside_the_checkout(wheel, tmp_path, serve
             "Error: functions/ not found: run inside a checkout of outbox-relay, where the Lambda functions are"], \
             proc.stderr
         assert _databases(servers.database_url) == databases
+        # And a local SES, whose moto only the `local` extra installs, names that extra in one line
+        proc = subprocess.run([str(python), "-m", "outbox_tools.local_ses"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env=clean)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [
+            "python -m outbox_tools.local_ses: error: moto is not installed; install the local extra: "
+            "pip install 'outbox-relay[local]'"], proc.stderr
     finally:
         drop_database(servers.database_url, name)
 

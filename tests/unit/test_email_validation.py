@@ -94,6 +94,8 @@ def refused(**changes) -> InvalidMessageError:
     ({"deliver_at": datetime(9999, 1, 1, tzinfo=timezone.utc)}, "deliver_at", "366 days ahead"),
     ({"deliver_at": datetime(1, 1, 1, tzinfo=timezone.utc)}, "deliver_at", "366 days in the past"),
     ({"max_attempts": 0}, "max_attempts", "1 to 1000"),
+    ({"max_attempts": "3"}, "max_attempts", "1 to 1000"),
+    ({"deliver_at": "2026-12-02T00:00:00+00:00"}, "deliver_at", "datetime"),
     ({"key": ""}, "key", "must not be empty"),
     ({"key": "k" * 513}, "key", "at most 512"),
 ])

@@ -65,6 +65,13 @@ def good(**overrides):
         (dict(deliver_at=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=9)))), "deliver_at", "in the past"),
         (dict(deliver_at=datetime(1970, 1, 1, tzinfo=timezone.utc)), "deliver_at", "366 days in the past"),
         (dict(max_attempts=0), "max_attempts", "greater than or equal to 1"),
+        # Documented as a datetime and an int: text and other numbers are refused, not converted
+        (dict(deliver_at=(datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()), "deliver_at",
+         "valid datetime"),
+        (dict(deliver_at=1_900_000_000), "deliver_at", "valid datetime"),
+        (dict(max_attempts="3"), "max_attempts", "valid integer"),
+        (dict(max_attempts=3.0), "max_attempts", "valid integer"),
+        (dict(max_attempts=True), "max_attempts", "valid integer"),
         (dict(key="k" * 600), "key", "at most 512"),
         (dict(headers={"trace": 5}), "headers.trace", "valid string"),
     ],
@@ -154,3 +161,35 @@ def test_deeply_nested_payload_is_refused_not_crashing():
     with pytest.raises(InvalidMessageError) as info:
         enqueue_event(RecordingConnection(), **good(payload=payload))
     assert info.value.field == "payload"
+
+
+def test_bulk_refuses_a_deliver_at_as_text_by_position():
+    conn = RecordingConnection()
+    with pytest.raises(InvalidMessageError) as info:
+        enqueue_events_bulk(conn, [good(), good(deliver_at="2026-12-02T00:00:00+00:00")])
+    assert info.value.field == "messages[1].deliver_at" and conn.calls == []
+
+
+def _not_a_transaction():
+    """What callers pass by mistake instead of their transaction's Connection or Session."""
+    import sqlite3
+
+    from sqlalchemy import create_engine
+
+    return [("None", None),
+            ("an Engine", create_engine("postgresql+pg8000://app@db.invalid/shop")),  # connects to nothing
+            ("a DB-API connection", sqlite3.connect(":memory:"))]
+
+
+@pytest.mark.parametrize("call", ["event", "bulk", "email"])
+@pytest.mark.parametrize(("kind", "conn"), _not_a_transaction(), ids=lambda v: v if isinstance(v, str) else "")
+def test_anything_but_a_connection_or_session_is_refused_naming_conn(call, kind, conn):
+    from outbox_relay.producer import enqueue_email
+
+    write = {"event": lambda: enqueue_event(conn, **good()),
+             "bulk": lambda: enqueue_events_bulk(conn, [good()]),
+             "email": lambda: enqueue_email(conn, to="a@example.com", subject="s", text="t")}[call]
+    with pytest.raises(InvalidMessageError) as info:
+        write()
+    assert info.value.field == "conn"
+    assert "SQLAlchemy Connection or Session" in str(info.value) and "\n" not in str(info.value)

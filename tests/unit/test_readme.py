@@ -128,3 +128,14 @@ def test_pointers_from_code_into_the_documents_lead_to_a_section_that_exists():
                 broken.append(f"{where}: {name} has no section {section!r}")
     # Then each names a file of the repository and a heading of that file
     assert broken == []
+
+
+def test_the_readme_wheel_build_leaves_nothing_untracked():
+    import subprocess
+
+    # The README's `python -m build --wheel` writes build/ and dist/: both ignored, so a clean
+    # checkout stays clean after it (git check-ignore answers 0 for an ignored path)
+    built = re.search(r"writes (dist/\S+\.whl)", README)
+    assert built, "the README says where the wheel is written"
+    for path in ("build/lib/outbox_relay/__init__.py", built[1].replace("<version>", "0.1.0")):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path

@@ -30,6 +30,12 @@ class LocalContext:
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
+    def leave_only(self, seconds: float) -> None:
+        """Bring the end of the countdown to at most `seconds` from now. With the
+        handler's deadline margin, the handler is at its deadline: it starts nothing
+        more and keeps the margin to record outcomes and release what it claimed."""
+        self._deadline = min(self._deadline, time.monotonic() + seconds)
+
 
 def project_root() -> Path:
     """The source checkout that holds the functions (`functions/`, `events/`):

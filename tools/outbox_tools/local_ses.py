@@ -10,7 +10,8 @@ for local runs this module supplies the answer moto lacks, in one of two ways:
   state (sent count) and the quota given here. The relay handler reaches it
   through ``AWS_ENDPOINT_URL_SESV2`` exactly as it would under
   ``sam local invoke``; ``python -m outbox_tools.local_ses`` runs one in the
-  foreground (docs/channels.md, "Local SES (moto)").
+  foreground (docs/channels.md, "Local SES (moto)"); it needs moto, from the
+  ``local`` extra (``pip install 'outbox-relay[local]'``) or ``dev``.
 - `answer_get_account` / `fail_send_email`: botocore ``before-call`` event hooks on
   one client, for tests: answer ``GetAccount``, or make chosen ``SendEmail``
   calls fail with a given SES error code or a network error.
@@ -222,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verify", action="append", default=[], metavar="IDENTITY",
                     help="email or domain identity to verify at start (repeatable)")
     args = ap.parse_args(argv)
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        # moto is no dependency of the library: only the `local` extra (and `dev`) installs it
+        ap.exit(1, f"{ap.prog}: error: moto is not installed; install the local extra: "
+                   "pip install 'outbox-relay[local]'\n")
     server = LocalSesServer(args.port, host=args.host, max_send_rate=args.max_send_rate).start()
     if args.verify:
         server.verify(*args.verify)

@@ -21,6 +21,7 @@ import signal
 import socket
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -104,7 +105,11 @@ def _wait_gone(pid: int | None, seconds: float = 10.0) -> None:
 
 def _embedded_postgres(cleanup: list) -> str:
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns, at pgserver's import, that XDG_RUNTIME_DIR is unset (a container,
+            # CI, no login session) and falls back to the temporary directory: fine for pgserver's lock file.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", category=UserWarning)
+            import pgserver
     except ImportError as exc:
         raise RuntimeError(
             "no PostgreSQL: set DATABASE_URL, start one on 127.0.0.1:5432, "

@@ -48,7 +48,7 @@ class RedriveResult:
 
     `by_channel` and `by_error_class` count the messages moved (or matched);
     `not_dead` lists requested ids that were not dead letters when the redrive
-    ran (unknown, or pending, leased, delivered: left alone)."""
+    ran (unknown, or pending, leased, delivered, discarded: left alone)."""
 
     dry_run: bool
     moved: int = 0

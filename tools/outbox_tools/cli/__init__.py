@@ -28,6 +28,8 @@ def _database_problem(exc: BaseException) -> str | None:
     """What a user can fix behind a database error, in one line naming DATABASE_URL (None: not theirs)."""
     from sqlalchemy.exc import DBAPIError, OperationalError
 
+    from outbox_relay.db import database_unreachable
+
     code = _sqlstate(exc)
     message = str(exc.orig.args[0].get("M", "")) if code else ""
     # PostgreSQL error codes (PostgreSQL documentation, Appendix A): 3D000 invalid_catalog_name,
@@ -41,9 +43,21 @@ def _database_problem(exc: BaseException) -> str | None:
     if "refuses ssl" in str(exc.orig).lower():
         return "DATABASE_TLS: the PostgreSQL server does not accept TLS; set DATABASE_TLS=disable or enable TLS on it"
     if isinstance(exc, DBAPIError) and (exc.connection_invalidated or isinstance(exc, OperationalError)
-                                        or "connect" in str(exc.orig).lower()):
-        return f"cannot reach PostgreSQL ({type(exc.orig).__name__}); check DATABASE_URL"
+                                        or "connect" in str(exc.orig).lower() or database_unreachable(exc)):
+        return f"cannot reach PostgreSQL ({_reason(exc)}); check DATABASE_URL"
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's error class, and the system's words for the socket error under it
+    (`No such file or directory` for a Unix socket path where no server listens)."""
+    orig = getattr(exc, "orig", None) or exc
+    cause: BaseException | None = orig
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"{type(orig).__name__}: {cause.strerror}"
+    return type(orig).__name__
 
 
 class _OutboxGroup(click.Group):

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, get_args
 
 import click
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from outbox_relay.config import DatabaseTls
 from outbox_relay.errors import ConfigurationError
@@ -38,7 +38,7 @@ def engine(autocommit: bool = False) -> Engine:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from outbox_relay.db import tls_context
+    from outbox_relay.db import server_error_behind_a_closed_socket, tls_context
 
     kw: dict[str, Any] = {"poolclass": NullPool}
     if autocommit:
@@ -49,7 +49,9 @@ def engine(autocommit: bool = False) -> Engine:
     context = tls_context(tls, os.environ.get("DATABASE_CA_BUNDLE") or None)
     # pg8000 takes ssl_context=None as "try TLS unverified, else clear text": disable means clear text.
     kw["connect_args"] = {"ssl_context": context if context is not None else False}
-    return create_engine(database_url(), **kw)
+    engine = create_engine(database_url(), **kw)
+    event.listen(engine, "handle_error", server_error_behind_a_closed_socket)
+    return engine
 
 
 

@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -87,6 +88,8 @@ def relay(event: dict, timeout: float | None, function: str) -> None:
 
     Standard output carries only the summary (JSON); the handler's logs and
     EMF metrics, which Lambda would send to CloudWatch, go to standard error.
+    Ctrl-C ends the invocation as its deadline would (in-flight deliveries
+    recorded, the rest released) and exits with status 130; a second aborts.
     """
     defaults = {}
     if not os.environ.get("DATABASE_URL") and not os.environ.get("DATABASE_SECRET_ARN"):
@@ -101,12 +104,44 @@ def relay(event: dict, timeout: float | None, function: str) -> None:
             raise click.ClickException(f"configuration error: {exc}") from None
         handler = load_handler(function)
         context = LocalContext(timeout if timeout is not None else settings.function_timeout_seconds)
-        with _telemetry_to_stderr():
+        with _telemetry_to_stderr(), _ctrl_c_ends_the_invocation(context, settings.deadline_margin_seconds) as ctrl_c:
             try:
                 result = handler(event, context)
             except InvalidEventError as exc:
                 raise click.BadParameter(str(exc), param_hint="--event") from None
+    if ctrl_c:
+        result["interrupted"] = True  # a `skipped` of "not enough time left" is the Ctrl-C's doing
     common.echo_json(result)
+    if ctrl_c:
+        sys.exit(130)
+
+
+@contextlib.contextmanager
+def _ctrl_c_ends_the_invocation(context: LocalContext, margin_seconds: float):
+    """For the block, a first Ctrl-C brings the invocation to its deadline (it claims
+    nothing more, finishes or releases what it holds, attempts refunded, and returns
+    its summary); a second one aborts. Yields a list that is true once interrupted.
+    A SIGINT that this process ignores (a background job) stays ignored."""
+    interrupted: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or previous is None or threading.current_thread() is not threading.main_thread():
+        yield interrupted  # only the main thread may set a handler
+        return
+
+    def first(signum: int, frame: object) -> None:
+        interrupted.append(True)
+        context.leave_only(margin_seconds)
+        signal.signal(signal.SIGINT, previous)
+        # os.write: a print here could re-enter a write to standard error in progress
+        with contextlib.suppress(OSError):
+            os.write(2, b"interrupted: finishing what is in flight, releasing the rest "
+                        b"(Ctrl-C again to abort)\n")
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -293,7 +293,7 @@ def redrive(message_ids: tuple[str, ...], channel: str | None, error_class: str 
             click.echo(f"  {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if result.not_dead:
         click.echo(f"  {len(result.not_dead)} id(s) were not dead letters (unknown, or pending, leased, "
-                   "delivered) and were left alone: " + " ".join(result.not_dead))
+                   "delivered, discarded) and were left alone: " + " ".join(result.not_dead))
 
 
 # --------------------------------------------------------------------------
