@@ -1,4 +1,4 @@
-"""Recovery after a fleet-wide crash (docs/design.md, "Suspects"; decision 0035).
+"""Recovery after a fleet-wide crash (docs/design.md, "Per-key ordering", its suspects; decision 0035).
 
 One fleet of `invocations` warm relay containers (processes), each running
 drain-mode invocations of the real handler back to back until one claims
