@@ -25,7 +25,8 @@ from rich.console import Console
 from . import payloads, report
 from .env import BenchEnv, machine_info
 
-SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "growth", "memory", "ses")
+SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "recovery",
+            "growth", "memory", "ses")
 
 
 def _ints(value: str) -> list[int]:
@@ -97,6 +98,9 @@ class Config:
                             many_pending=100_000, claims=500, claim_batch=100))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
+        self.recovery = dict(n=n or (2_000 if quick else 100_000),
+                             batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
+                             rounds=1 if quick else 2)
         self.instruction_batch_sizes = self.batch_sizes if batch_sizes else ([10, 100] if quick else [10, 1000])
         self.instruction_messages = n or (200 if quick else 5_000)
         self.phases_batch = 1000 if not batch_sizes else max(self.batch_sizes)
@@ -145,6 +149,7 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "batches": lambda: _batches(env, cfg, console),
             "baseline": lambda: _baseline(env, cfg, console),
             "concurrency": lambda: _concurrency(env, cfg, console),
+            "recovery": lambda: _recovery(env, cfg, console),
             "growth": lambda: _growth(env, cfg, console),
             "memory": lambda: _memory(env, cfg, console),
             "ses": lambda: _ses(env, cfg, console),
@@ -280,6 +285,24 @@ def _concurrency(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]
     for r in result["runs"]:
         console.print(f"  {r['processes']} processes: {r['messages_per_second']:,.1f} msg/s, "
                       f"duplicates {r['check']['duplicates']}")
+    return result
+
+
+def _recovery(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .recovery import run_recovery
+
+    result = run_recovery(env, streams=cfg.streams, **cfg.recovery)
+    for r in result["runs"]:
+        console.print(f"  {r['kind']:>8}: {r['wall_seconds']:,.2f} s ({r['messages_per_second']:,.1f} msg/s), "
+                      f"{r['invocations']} invocations, {r['claims']} claims, {r['suspects']} suspects"
+                      f"{'' if r['check']['ok'] else ' (check FAILED)'}")
+    console.print(f"  recovery / drain: {result['recovery_vs_drain']:.2f}x")
+    p = result["poison"]
+    c = p["check"]
+    console.print(f"  a poison among them: dead {c['poison_dead']} after {c['poison_attempts']} of "
+                  f"{c['max_attempts']} attempts, {c['invocations_killed']} invocations killed over "
+                  f"{len(p['passes'])} passes, other dead {c['other_dead']}, duplicates {c['duplicates']}, "
+                  f"lost {c['lost']}; first pass {p['first_pass_seconds']:,.2f} s")
     return result
 
 
@@ -421,8 +444,8 @@ def _checks_ok(section: dict[str, Any]) -> bool:
     return all(r.get("check", {}).get("ok", True) for r in runs)
 
 
-_make("all", SECTIONS, "Every section: limit, drain, latency, ordering, batches, baseline, phases, concurrency, growth, "
-      "memory, SES.")
+_make("all", SECTIONS, "Every section: limit, drain, latency, ordering, batches, baseline, phases, concurrency, "
+      "recovery, growth, memory, SES.")
 _make("limit", ("limit",), "The minimal loop (claim 1,000, pipelined XADD, one UPDATE), one process and two.")
 _make("drain", ("limit", "drain"), "The minimal loop, then drain mode in one invocation at batch 100 and 1,000 "
       "(or --batch-sizes) and in two at once, as ratios to it.")
@@ -440,6 +463,9 @@ _make("compare", ("limit", "batches", "baseline"), "Batch mode per batch size an
 _make("phases", ("phases",), "Where one invocation's time goes, step by step: batch 1,000 (or the largest "
       "of --batch-sizes), 20,000 messages (or --n; 2,000 with --quick).")
 _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlog; duplicates checked.")
+_make("recovery", ("recovery",), "Recovery after a fleet-wide crash: 4 drain-mode invocations at once over 100,000 "
+      "expired leases (or --n; 2,000 with --quick) vs the same over 100,000 fresh messages, in interleaved rounds; "
+      "then with a poison message among them, which must die alone after exactly its attempts.")
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")

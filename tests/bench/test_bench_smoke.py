@@ -76,6 +76,17 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
         assert steps["claim, the rows"]["postgresql_cpu_us"] is None  # given with the whole statement
     for run in results["concurrency"]["runs"]:
         assert run["check"]["ok"] and run["check"]["duplicates"] == 0 and run["delivered"] == 300
+    recovery = results["recovery"]  # four invocations at once, batch 100: drain, then a crashed fleet's leases
+    assert (recovery["messages"], recovery["batch_size"], recovery["invocations"]) == (300, 100, 4)
+    assert [r["kind"] for r in recovery["runs"]] == ["drain", "recovery"]
+    for r, attempts in zip(recovery["runs"], ("1", "2")):
+        assert r["check"]["ok"] and r["check"]["attempts"] == {attempts: 300}
+        assert r["check"]["stream_entries"] == r["check"]["distinct_ids"] == 300
+    assert recovery["runs"][1]["dead_holders"] == 3 and recovery["recovery_vs_drain"] > 0
+    poison = recovery["poison"]["check"]  # dead alone after exactly its attempts, all the others once in a stream
+    assert poison["ok"] and poison["poison_attempts"] == poison["max_attempts"] == 10
+    assert poison["poison_error_class"] == "lease_expired" and poison["invocations_killed"] == 9
+    assert poison["other_dead"] == 0 and poison["stream_entries"] == poison["distinct_ids"] == 299
     assert results["growth"]["plans_ok"] and len(results["growth"]["cases"]) == 3
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["runs"])
     ses = results["ses"]
@@ -84,8 +95,12 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert targets["Round trips per batch constant over batch sizes"]["met"]
     assert targets["Ordering keys: one key for every message (reported, order checked)"]["met"]
     assert "Ordering keys: 10,000 keys vs none, one invocation, batch 100" in targets
+    recovered = [t for t in targets.values() if t["target"].startswith("Recovery after a fleet-wide crash: 300 ")]
+    assert len(recovered) == 1 and recovered[0]["met"] is not None
+    assert targets["... with a message among them that kills its invocation: dead alone after exactly its "
+                   "attempts"]["met"]
     assert "Drain mode, Redis channel" in proc.stdout and "Phases of one invocation" in proc.stdout
-    assert "Targets" in proc.stdout and "Ordering keys" in proc.stdout
+    assert "Targets" in proc.stdout and "Ordering keys" in proc.stdout and "Recovery after a fleet-wide crash" in proc.stdout
 
     # Cleaned up: the bench database is gone and no key under the prefix is left
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)

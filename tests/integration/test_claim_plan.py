@@ -160,3 +160,39 @@ def test_the_poller_registry_statements_use_their_indexes(app_engine):
             assert "outbox_message_lease_expiry_idx" in indexes, indexes
         else:
             assert "outbox_poller_channel_started_idx" in indexes, (name, indexes)
+
+
+def test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased(app_engine, relay_engine):
+    # Given the state a fleet-wide crash leaves, analyzed: every message leased by an
+    # invocation that died, each lease run out (the statistics say nearly all rows are leased)
+    from outbox_relay.models import Outcome, OutcomeKind
+    from outbox_relay.producer import enqueue_events_bulk
+
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}) for i in range(20_000)])
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
+    dead = 0
+    while store.claim(f"dead-{dead}", 1000, 60):
+        dead += 1
+    with relay_engine.connect() as conn:
+        conn.execute(text("UPDATE outbox_message SET lease_expires_at = now() - interval '1 second'"))
+        conn.execute(text("VACUUM ANALYZE outbox_message"))
+    # When a relay requeues them, claims a batch and records it delivered
+    assert not store.claim("me", 1000, 60) and len(batch := store.claim("me", 1000, 60)) == 1000
+    params = {"owner": "me", "channel": "redis", "default_max_attempts": 10,
+              "seqs": "{" + ",".join(str(m.seq) for m in batch) + "}", "kinds": "{" + ",".join(["delivered"] * 1000)
+              + "}", "error_classes": None, "errors": None, "refs": "{" + ",".join(['"1-0"'] * 1000) + "}",
+              "delays": None}
+    with app_engine.begin() as conn:  # EXPLAIN ANALYZE runs the write: roll it back
+        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.record_outcomes.text),
+                              params).one()
+        conn.rollback()
+    nodes = plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+    # Then the write records all of them and reads its values once, not once per row
+    # (a nested loop over the values, chosen for a misestimated single row, made it quadratic)
+    (update,) = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+    assert update["Actual Rows"] == 1000
+    values = [n for n in nodes if n["Node Type"] == "CTE Scan" and n.get("CTE Name") == "v"]
+    assert values and all(n["Actual Loops"] == 1 for n in values), values
+    assert store.record("me", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1-0", 0) for m in batch]).delivered \
+        == 1000

@@ -221,8 +221,11 @@ SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channe
 -- no longer ours are reported as lost. Also reads :channel's oldest pending age,
 -- and returns each delivered message's delivery lag in milliseconds (from
 -- created_at, or the later scheduled_at) as one comma-separated text.
-WITH v AS (
-    SELECT * FROM unnest(
+WITH v AS MATERIALIZED (
+    -- The fence rides with each outcome as a join condition, so the rows to write are
+    -- estimated from the seqs alone: on the rows, a new token was estimated at one row,
+    -- and the nested loop chosen for it read every value for every row.
+    SELECT v.*, CAST('leased' AS text) AS status, CAST(:owner AS text) AS owner FROM unnest(
         CAST(:seqs AS bigint[]), CAST(:kinds AS text[]), CAST(:error_classes AS text[]),
         CAST(:errors AS text[]), CAST(:refs AS text[]), CAST(:delays AS float8[])
     ) AS v(seq, kind, error_class, error, ref, delay)
@@ -251,7 +254,7 @@ WITH v AS (
         last_error_class = coalesce(v.error_class, o.last_error_class)
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
-       AND o.status = 'leased' AND o.lease_owner = :owner
+       AND o.status = v.status AND o.lease_owner = v.owner
     RETURNING o.seq, o.status, v.kind,
               CASE WHEN v.kind = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
