@@ -254,8 +254,9 @@ class _Pipeline:
             self.idle = self.first_wait
             more = policy.mode is Mode.LATENCY or batch.full or batch.suspect
             # Only a full batch says more is waiting: a claim ahead of a partial one would
-            # find nothing and make the loop wait the idle interval.
-            if self.claims is not None and batch.full:
+            # find nothing and make the loop wait the idle interval. Never ahead of a
+            # suspect (its claim may also have requeued leases, and count as full).
+            if self.claims is not None and batch.full and not batch.suspect:
                 self.next_batch = self.claims.submit(self.claim)
             # A suspect may crash this process: nothing else may be lost with it.
             self.records.wait_until(0 if batch.suspect else 1)

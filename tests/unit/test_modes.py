@@ -201,3 +201,27 @@ def test_results_are_recorded_per_message_whatever_the_mode():
                              policy(Mode.DRAIN, batch_size=5), clock.deadline, "me", sleep=clock.sleep)
     assert summary.delivered == 12 and [store.rows[s].delivery_ref for s in (1, 12)] == ["1-0", "12-0"]
     assert summary.as_dict()["delivery_lag_ms"]["count"] == 0  # the fake store measures no lag
+
+
+def test_nothing_is_claimed_ahead_of_a_suspect_even_when_its_claim_requeued_leases():
+    # Given a claim that re-claimed a suspect alone and also requeued expired leases (it counts as full)
+    from outbox_relay.store import Claim
+
+    class SuspectFirst(FakeStore):
+        def __init__(self) -> None:
+            super().__init__(5)
+            self.recorded_when_claimed: list[int] = []
+
+        def claim(self, owner, limit, lease_seconds, max_bytes=1 << 30):
+            self.recorded_when_claimed.append(len(self.records))
+            if len(self.claims) == 0:
+                claim = Claim(super().claim(owner, 1, lease_seconds, max_bytes))
+                claim.suspect, claim.requeued, claim.scanned = True, 3, 0
+                return claim
+            return super().claim(owner, limit, lease_seconds, max_bytes)
+
+    store, clock = SuspectFirst(), FakeClock()
+    # When a pipelined drain invocation runs
+    run_invocation(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep)
+    # Then the next claim began only once the suspect's outcome was written (it may crash the process)
+    assert store.recorded_when_claimed[:2] == [0, 1] and delivered(store) == [1, 2, 3, 4, 5]
