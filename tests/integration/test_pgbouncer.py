@@ -131,6 +131,11 @@ def _peak_clients(bouncer, database: str, stop: threading.Event, peak: list[int]
                 peak[1] = max(peak[1], sum(int(pool[k]) for k in pool if k.startswith("sv_")))
 
 
+def _poller_registered(app_engine) -> bool:
+    with app_engine.connect() as conn:
+        return bool(conn.execute(text("SELECT count(*) FROM outbox_poller")).scalar())
+
+
 def test_several_invocations_at_once_in_every_mode(bouncer, pooled_url, pooled_app_engine, app_engine, servers,
                                                    database_url, redis_prefix, redis_client):
     # Given a backlog enqueued through the pooler
@@ -146,22 +151,28 @@ def test_several_invocations_at_once_in_every_mode(bouncer, pooled_url, pooled_a
     watcher = threading.Thread(target=_peak_clients, args=(bouncer, database, stop, peak))
     watcher.start()
 
+    def relay(mode: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "relay", "--event",
+                                 "events/relay-redis-scheduler.json", "--timeout", "4"],
+                                env={**env, "OUTBOX_MODE": mode}, cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
     # When three invocations of the real handler run at once, each a process as in Lambda
     # (latency, drain, batch), while the application enqueues more through the pooler once
-    # they are connected
-    procs = [subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "relay", "--event",
-                               "events/relay-redis-scheduler.json", "--timeout", "4"],
-                              env={**env, "OUTBOX_MODE": mode}, cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for mode in ("latency", "drain", "batch")]
+    # the latency-mode poller has registered
+    procs = [relay(mode) for mode in ("latency", "drain", "batch")]
     give_up = time.monotonic() + 60
-    while peak[0] < 2 and time.monotonic() < give_up:  # the relays are connected
+    while not _poller_registered(app_engine):
+        assert time.monotonic() < give_up and procs[0].poll() is None, procs[0].communicate()[1][-3000:]
         time.sleep(0.02)
     for i in range(30):
         with pooled_app_engine.begin() as conn:
             ids.append(enqueue_event(conn, stream=stream, type="k", payload={"k": i}, key="late"))
         time.sleep(0.02)
     outs = [p.communicate(timeout=90) for p in procs]
+    # and the next scheduled run, for what a loaded machine committed after the poller's last claim
+    procs.append(relay("drain"))
+    outs.append(procs[-1].communicate(timeout=90))
     stop.set()
     watcher.join()
 

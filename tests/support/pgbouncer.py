@@ -60,10 +60,14 @@ def _settings_from_environment() -> dict[str, str]:
     return {name.strip(): value.strip() for name, _, value in (p.partition("=") for p in pairs)}
 
 
-def _unprivileged_user() -> str | None:
-    """PgBouncer refuses to run as root: as root, name a user for its `-u`."""
+def _unprivileged_user(socket_directory: Path | None) -> str | None:
+    """PgBouncer refuses to run as root: as root, name a user for its `-u`, the owner
+    of the server's socket directory when it connects through one (an embedded
+    server's is its own)."""
     if os.geteuid() != 0:
         return None
+    if socket_directory is not None and socket_directory.stat().st_uid != 0:
+        return pwd.getpwuid(socket_directory.stat().st_uid).pw_name
     for name in ("postgres", "nobody"):
         try:
             pwd.getpwnam(name)
@@ -95,11 +99,13 @@ class PgBouncer:
         self.process: subprocess.Popen | None = None
         self.port = 0
 
+    def _socket(self) -> Path | None:
+        path = self.database_url.query.get("unix_sock")
+        return Path(str(path)) if path else None
+
     def _target(self) -> str:
-        url = self.database_url
-        socket_path = url.query.get("unix_sock")
-        if socket_path:  # the embedded server: a directory and the port in the socket's name
-            path = Path(str(socket_path))
+        url, path = self.database_url, self._socket()
+        if path is not None:  # the embedded server: a directory and the port in the socket's name
             return f"host={path.parent} port={path.name.rsplit('.', 1)[-1]}"
         return f"host={url.host or '127.0.0.1'} port={url.port or 5432}"
 
@@ -119,7 +125,8 @@ class PgBouncer:
         for _ in range(5):
             self.port = free_port()
             ini = self._write_files()
-            user = _unprivileged_user()
+            socket_path = self._socket()
+            user = _unprivileged_user(socket_path.parent if socket_path else None)
             log = (self.directory / "pgbouncer.log").open("ab")
             self.process = subprocess.Popen([self.binary, *(["-u", user] if user else []), str(ini)],
                                             stdout=log, stderr=subprocess.STDOUT)
