@@ -122,13 +122,17 @@ def test_the_relay_store_through_pgbouncer_in_transaction_mode(bouncer, pooled_a
     assert _transactions_through(bouncer, make_url(database_url).database) > len(summaries)
 
 
+#: SHOW POOLS columns of the server connections a pool holds (not those opened for a cancel request).
+SERVER_STATES = ("sv_active", "sv_idle", "sv_used", "sv_tested", "sv_login")
+
+
 def _peak_clients(bouncer, database: str, stop: threading.Event, peak: list[int]) -> None:
     """Watch the pooler's clients and server connections of `database` until `stop`."""
     while not stop.wait(0.02):
         for pool in bouncer.show("POOLS"):
             if pool["database"] == database:
                 peak[0] = max(peak[0], int(pool["cl_active"]) + int(pool["cl_waiting"]))
-                peak[1] = max(peak[1], sum(int(pool[k]) for k in pool if k.startswith("sv_")))
+                peak[1] = max(peak[1], sum(int(pool.get(k, 0)) for k in SERVER_STATES))
 
 
 def _poller_registered(app_engine) -> bool:
