@@ -102,11 +102,11 @@ def reset() -> None:
 
 def migrate(engine: Engine) -> tuple[str | None, str]:
     """Upgrade to the latest revision; returns (revision before, revision after)."""
-    # The relay's engine autocommits; DDL and Alembic's version row go in one transaction.
-    transactional = engine.execution_options(isolation_level="READ COMMITTED")
-    before = current_revision(transactional)
-    upgrade(transactional)
-    after = current_revision(transactional)
+    # The relay's engine runs each unit of work in a transaction: DDL and Alembic's
+    # version row go in one, with no session setting (a transaction pooler may serve it).
+    before = current_revision(engine)
+    upgrade(engine)
+    after = current_revision(engine)
     if after != head_revision():
         raise RuntimeError(f"the schema is at {after} after the upgrade, not at {head_revision()}")
     return before, after

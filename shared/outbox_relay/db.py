@@ -1,10 +1,14 @@
 """The SQLAlchemy engine, made for Lambda.
 
 - One small pool per container, reused across warm invocations.
-- Autocommit: every statement of the relay is its own short transaction (one
-  round trip, no BEGIN/COMMIT), which is also what RDS Proxy and PgBouncer in
-  transaction mode need. The producer API does not use this engine: it writes
-  in the caller's transaction.
+- Every unit of work is one short explicit transaction (`run_with_retry`), most
+  of them a single statement. pg8000 sends a statement as three protocol
+  messages each ended by Sync (parse; describe; bind and execute): outside a
+  transaction block a pooler in transaction mode (PgBouncer, RDS Proxy) may
+  hand each to another server connection, inside one it may not. The BEGIN
+  pg8000 sends first and the COMMIT (`OutboxPg8000Dialect`) are one round trip
+  each. No session state outlives a transaction. The producer API does not use
+  this engine: it writes in the caller's transaction.
 - No pre-ping round trip: a connection that died while the container was
   frozen is detected on use and the unit of work is retried once
   (`run_with_retry`).
@@ -26,6 +30,8 @@ import time
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects import registry
+from sqlalchemy.dialects.postgresql.pg8000 import PGDialect_pg8000
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -38,6 +44,65 @@ from .urls import parse_database_url
 T = TypeVar("T")
 
 SECRET_MAX_AGE_SECONDS = 300
+
+
+class OutboxPg8000Dialect(PGDialect_pg8000):
+    """SQLAlchemy's pg8000 dialect, with COMMIT sent as a simple query: one round
+    trip, where pg8000's `commit()` takes three (parse, describe, execute)."""
+
+    supports_statement_cache = True
+
+    def do_commit(self, dbapi_connection: Any) -> None:
+        if dbapi_connection.autocommit:
+            return  # every statement committed itself
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("COMMIT")  # no parameters: pg8000 sends a simple query
+        finally:
+            cursor.close()
+
+
+#: The driver name of `OutboxPg8000Dialect` in a SQLAlchemy URL.
+DRIVERNAME = "postgresql+outbox_pg8000"
+registry.register("postgresql.outbox_pg8000", __name__, "OutboxPg8000Dialect")
+
+
+def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
+    """A SQLAlchemy engine on `url` (a pg8000 URL) for the relay's and the `outbox`
+    command's own work: `OutboxPg8000Dialect`, transactions (never autocommit),
+    and new connections checked for a pooler in statement mode."""
+    from sqlalchemy.engine import make_url
+
+    if kwargs.get("isolation_level") == "AUTOCOMMIT":
+        raise ValueError("the outbox engine runs every unit of work in a transaction")
+    engine = create_engine(make_url(url).set(drivername=DRIVERNAME), **kwargs)
+    # Before SQLAlchemy's own first queries, which a statement-mode pooler would cut.
+    event.listen(engine, "connect", _refuse_statement_pooling, insert=True)
+    return engine
+
+
+def _refuse_statement_pooling(dbapi_connection: Any, connection_record: Any) -> None:
+    """Raise `ConfigurationError` (one line naming DATABASE_URL) when the server
+    answers a statement but closes the connection at BEGIN, as a pooler in
+    statement mode (PgBouncer `pool_mode = statement`) does: every unit of work
+    here is a transaction. Three round trips per new connection."""
+    from pg8000.exceptions import InterfaceError
+
+    dbapi_connection.autocommit = True
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SELECT 1")  # reachable: an error here is the usual one
+        try:
+            cursor.execute("BEGIN")
+        except InterfaceError:
+            raise ConfigurationError(
+                "DATABASE_URL", "the server closed the connection at BEGIN: a pooler in statement mode (PgBouncer "
+                "pool_mode=statement) cannot serve the outbox, which runs each statement in a transaction; "
+                "use transaction or session mode") from None
+        cursor.execute("COMMIT")
+    finally:
+        cursor.close()
+        dbapi_connection.autocommit = False
 
 
 def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
@@ -139,9 +204,8 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
     # `disable` means no TLS at all, so pass False.
     ctx = _ssl_context(settings)
     connect_args["ssl_context"] = ctx if ctx is not None else False
-    engine = create_engine(
+    engine = create_outbox_engine(
         url,
-        isolation_level="AUTOCOMMIT",
         pool_size=settings.database_pool_size,
         max_overflow=2,
         pool_recycle=900,
@@ -292,20 +356,18 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
         wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
 
 
-def run_with_retry(engine: Engine, work: Callable[[Any], T], *, transaction: bool = False) -> T:
-    """Run `work(connection)` once; if the pooled connection turns out to be
-    dead (a thawed Lambda container, a failover), run it once more on a new one.
-    Any other error propagates.
-
-    With `transaction`, `work` runs inside `engine.begin()` (one short
-    transaction); pass only work that is harmless to repeat."""
-    open_ = engine.begin if transaction else engine.connect
+def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
+    """Run `work(connection)` in one short transaction (`engine.begin()`: a
+    transaction pooler keeps the statements' protocol messages on one server
+    connection); if the pooled connection turns out to be dead (a thawed Lambda
+    container, a failover), run it once more on a new one. Any other error
+    propagates; pass only work that is harmless to repeat."""
     try:
-        with open_() as conn:
+        with engine.begin() as conn:
             return work(conn)
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
         log.warning("database connection was invalidated; retrying once")
-        with open_() as conn:
+        with engine.begin() as conn:
             return work(conn)

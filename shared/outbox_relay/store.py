@@ -110,7 +110,8 @@ class Store(Protocol):
 class LeaseStore:
     """Claims and outcome writes for one channel, one statement each.
 
-    `engine` must be an autocommit engine (see `db.create_relay_engine`);
+    `engine` is the relay's (`db.create_relay_engine`: each statement in a short
+    transaction of its own, which a transaction pooler keeps on one server connection);
     `default_max_attempts` applies to messages enqueued without their own;
     `ordering_on_dead` is the channel's policy for the keys of dead letters.
     """

@@ -107,7 +107,7 @@ def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, re
 
     with app_engine.begin() as conn:
         enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}, key="k") for i in range(5000)])
-    with relay_engine.connect() as conn:
+    with app_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # VACUUM: no transaction
         conn.execute(text("VACUUM ANALYZE outbox_message"))
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
     for _ in range(2):

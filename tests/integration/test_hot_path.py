@@ -99,3 +99,33 @@ def test_claim_reaches_rows_by_primary_key_on_an_analyzed_table(app_engine, limi
     # the picked rows through the primary key (an index or bitmap index scan), each body through its own
     indexes = {n.get("Index Name") for n in nodes}
     assert {"outbox_message_pkey", "outbox_message_body_pkey"} <= indexes, indexes
+
+
+def test_each_relay_statement_is_a_transaction_of_five_round_trips(relay_engine, enqueue, monkeypatch):
+    import pg8000.core
+
+    # Count the round trips of the relay's engine: pg8000 waits for ReadyForQuery after each,
+    # which also says whether the connection is inside a transaction block (T) or not (I)
+    statuses: list[bytes] = []
+    original = pg8000.core.CoreConnection.handle_READY_FOR_QUERY
+
+    def counted(self, data, context):  # noqa: ANN001
+        statuses.append(bytes(data))
+        return original(self, data, context)
+
+    monkeypatch.setattr(pg8000.core.CoreConnection, "handle_READY_FOR_QUERY", counted)
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=3)
+    store.oldest_pending_age_seconds()  # the connection and its checks, outside the count
+    enqueue(3)
+
+    statuses.clear()
+    claimed = store.claim("w", 10, 30)
+    claim_trips = list(statuses)
+    statuses.clear()
+    store.record("w", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1") for m in claimed])
+
+    # The claim and the outcome write: BEGIN, then pg8000's parse, describe, and bind and
+    # execute, each ended by Sync inside the transaction block (a transaction pooler keeps
+    # them on one server connection), then COMMIT as one simple query
+    assert len(claimed) == 3
+    assert claim_trips == statuses == [b"T", b"T", b"T", b"T", b"I"]

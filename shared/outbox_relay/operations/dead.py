@@ -61,8 +61,7 @@ def list_dead(engine: Engine, *, channel: Channel | None = None, error_class: st
         "since": since,
         "limit": limit,
     }
-    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.list_dead, params).fetchall(),
-                          transaction=True)
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.list_dead, params).fetchall())
     return [DeadLetter(*r) for r in rows]
 
 
@@ -71,8 +70,7 @@ def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | Non
 
     Raises `ValueError` when `message_id` is not a UUID."""
     mid = uuid.UUID(str(message_id))
-    row = run_with_retry(engine, lambda c: c.execute(sql.operations.get_message, {"message_id": str(mid)}).first(),
-                         transaction=True)
+    row = run_with_retry(engine, lambda c: c.execute(sql.operations.get_message, {"message_id": str(mid)}).first())
     return MessageRow.from_mapping(row._mapping) if row is not None else None
 
 
@@ -99,6 +97,6 @@ def discard(engine: Engine, message_ids: Sequence[uuid.UUID | str]) -> DiscardRe
     if not ids:
         raise ValueError("say which dead letters to discard: one or more message ids")
     found = run_with_retry(engine, lambda c: c.execute(sql.operations.discard_dead, {"message_ids": ids})
-                           .scalars().all(), transaction=True)
+                           .scalars().all())
     done = {str(m) for m in found}
     return DiscardResult(tuple(i for i in ids if i in done), tuple(i for i in ids if i not in done))

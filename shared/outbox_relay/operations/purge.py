@@ -55,7 +55,7 @@ def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
                                          ).scalar_one()
         return {"delivered": int(delivered), "dead": int(dead)}
 
-    return run_with_retry(engine, work, transaction=True)
+    return run_with_retry(engine, work)
 
 
 def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_than_seconds: float | None = None,
@@ -86,7 +86,7 @@ def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_tha
             if keep_going is not None and not keep_going():
                 result.complete = False
                 return False
-            rows = run_with_retry(engine, lambda c: c.execute(statement, params).fetchall(), transaction=True)
+            rows = run_with_retry(engine, lambda c: c.execute(statement, params).fetchall())
             n = sum(int(count) for _, count in rows)
             if n == 0:
                 return True

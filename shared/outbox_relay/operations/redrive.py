@@ -65,8 +65,7 @@ class RedriveResult:
 
 def count_redrive(engine: Engine, selection: RedriveSelection) -> int:
     """How many dead letters `selection` matches now (for a progress bar's total)."""
-    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.redrive_preview, selection.params()).fetchall(),
-                          transaction=True)
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.redrive_preview, selection.params()).fetchall())
     return sum(int(n) for _, _, n in rows)
 
 
@@ -95,21 +94,19 @@ def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = Fals
     seen: set[str] = set()
     if dry_run:
         for channel, error_class, n in run_with_retry(
-                engine, lambda c: c.execute(sql.operations.redrive_preview, params).fetchall(), transaction=True):
+                engine, lambda c: c.execute(sql.operations.redrive_preview, params).fetchall()):
             result.moved += int(n)
             result.by_channel[channel] = result.by_channel.get(channel, 0) + int(n)
             key = error_class or "none"
             result.by_error_class[key] = result.by_error_class.get(key, 0) + int(n)
         if selection.message_ids:
-            found = run_with_retry(engine, lambda c: c.execute(sql.operations.dead_among, params).scalars().all(),
-                                   transaction=True)
+            found = run_with_retry(engine, lambda c: c.execute(sql.operations.dead_among, params).scalars().all())
             seen = {str(m) for m in found}
     else:
-        cutoff = run_with_retry(engine, lambda c: c.execute(sql.operations.db_now).scalar_one(), transaction=True)
+        cutoff = run_with_retry(engine, lambda c: c.execute(sql.operations.db_now).scalar_one())
         batch_params = params | {"cutoff": cutoff, "limit": batch_size}
         while True:
-            rows = run_with_retry(engine, lambda c: c.execute(sql.operations.redrive_batch, batch_params).fetchall(),
-                                  transaction=True)
+            rows = run_with_retry(engine, lambda c: c.execute(sql.operations.redrive_batch, batch_params).fetchall())
             if not rows:
                 break
             result.batches += 1

@@ -28,7 +28,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
     Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…},
     "pollers": [{"channel": …, "live": …, "last_gap_seconds": …, "last_gap_ended_seconds_ago": …}]}``.
     """
-    with engine.connect() as conn:
+    with engine.begin() as conn:  # one transaction: a transaction pooler keeps it on one server connection
         rows = [dict(r._mapping) for r in conn.execute(sql.operations.stats)]
         lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
                                                     {"window_seconds": float(lag_window_seconds)})}
@@ -71,6 +71,5 @@ def backlog(engine: Engine, channels: Iterable[Channel] = tuple(Channel)) -> lis
     """Backlog figures for each of `channels` (every channel by default), in one
     statement; channels with no rows get zeros."""
     names = [Channel(c).value for c in channels]
-    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.backlog, {"channels": names}).fetchall(),
-                          transaction=True)
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.backlog, {"channels": names}).fetchall())
     return [Backlog(Channel(ch), int(depth), round(float(age), 3), int(dead)) for ch, depth, age, dead in rows]

@@ -32,24 +32,22 @@ def database_url() -> str:
         raise ConfigurationError("DATABASE_URL", str(exc)) from None
 
 
-def engine(autocommit: bool = False) -> Engine:
+def engine() -> Engine:
     """An engine without a pool (one command, a few statements), over TLS as
-    DATABASE_TLS and DATABASE_CA_BUNDLE say, as the relay's."""
-    from sqlalchemy import create_engine
+    DATABASE_TLS and DATABASE_CA_BUNDLE say, with the relay's transactions
+    (`create_outbox_engine`: it works through a transaction pooler)."""
     from sqlalchemy.pool import NullPool
 
-    from outbox_relay.db import server_error_behind_a_closed_socket, tls_context
+    from outbox_relay.db import create_outbox_engine, server_error_behind_a_closed_socket, tls_context
 
     kw: dict[str, Any] = {"poolclass": NullPool}
-    if autocommit:
-        kw["isolation_level"] = "AUTOCOMMIT"
     tls = os.environ.get("DATABASE_TLS") or "disable"
     if tls not in get_args(DatabaseTls):
         raise ConfigurationError("DATABASE_TLS", f"must be {', '.join(get_args(DatabaseTls))}")
     context = tls_context(tls, os.environ.get("DATABASE_CA_BUNDLE") or None)
     # pg8000 takes ssl_context=None as "try TLS unverified, else clear text": disable means clear text.
     kw["connect_args"] = {"ssl_context": context if context is not None else False}
-    engine = create_engine(database_url(), **kw)
+    engine = create_outbox_engine(database_url(), **kw)
     event.listen(engine, "handle_error", server_error_behind_a_closed_socket)
     return engine
 

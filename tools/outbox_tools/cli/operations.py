@@ -50,7 +50,7 @@ def stats(as_json: bool, lag_window: str) -> None:
     pollers of each channel (live now, the last window without one), all by the
     database clock."""
     window = common.duration("--lag-window", lag_window)
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         data = queue_stats(engine, lag_window_seconds=window)
     finally:
@@ -130,7 +130,7 @@ def dead() -> None:
 def dead_list(channel: str | None, since: str | None, error_class: str | None, limit: int, as_json: bool) -> None:
     """List dead letters, newest first (no payloads; see `outbox dead show ID`)."""
     since_seconds, since_time = _since(since)
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         rows = list_dead(engine, channel=Channel(channel) if channel else None, error_class=error_class,
                              since_seconds=since_seconds, since=since_time, limit=limit)
@@ -187,7 +187,7 @@ def dead_show(message_id: str, as_json: bool) -> None:
     """Show one message by its message id: payload, attempts and every recorded
     error field (any status; a redriven message keeps its last error)."""
     (mid,) = _message_ids((message_id,), "MESSAGE_ID")
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         row = get_message(engine, mid)
     finally:
@@ -229,7 +229,7 @@ def dead_discard(message_ids: tuple[str, ...], as_json: bool) -> None:
     hold back their key under OUTBOX_ORDERING_ON_DEAD=block: its next messages go on.
     Only dead letters change."""
     ids = _message_ids(message_ids, "MESSAGE_IDS")
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         result = discard(engine, ids)
     finally:
@@ -272,7 +272,7 @@ def redrive(message_ids: tuple[str, ...], channel: str | None, error_class: str 
         selection = RedriveSelection(tuple(ids), Channel(channel) if channel else None, error_class, everything)
     except ValueError as exc:
         raise click.UsageError(f"{exc} (MESSAGE_IDS, --channel, --error-class or --all)") from None
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         if dry_run:
             result = redrive_messages(engine, selection, dry_run=True)
@@ -317,7 +317,7 @@ def purge(delivered_older_than: str, dead_older_than: str | None, batch_size: in
     delivered_s = common.duration("--delivered-older-than", delivered_older_than)
     dead_s = common.duration("--dead-older-than", dead_older_than)
     assert delivered_s is not None
-    engine = common.engine(autocommit=True)
+    engine = common.engine()
     try:
         if dry_run:
             counts = count_purge(engine, delivered_older_than_seconds=delivered_s,
