@@ -91,3 +91,16 @@ def test_each_registered_channel_has_its_whole_block_in_the_template_and_can_be_
     rule = str(template.doc["Rules"]["AtLeastOneChannel"])
     parameter = str(template.doc["Conditions"][switch])
     assert any(p in rule for p in re.findall(r"'Ref': '(\w+)'", parameter)), f"AtLeastOneChannel ignores {switch}"
+
+
+def test_the_producer_api_writes_only_registered_channels() -> None:
+    # Given a row for a channel no package registers (the schema takes any name since 0007)
+    from outbox_relay.errors import InvalidMessageError
+    from outbox_relay.producer import insert_message
+
+    row = dict(spec_for("redis").validate_message(stream="orders", type="order.placed", payload={}),
+               channel="carrier-pigeon")
+    # Then it is refused before any statement runs, naming the field
+    with pytest.raises(InvalidMessageError) as err:
+        insert_message(object(), row)
+    assert err.value.field == "channel"
