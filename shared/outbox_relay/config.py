@@ -18,8 +18,9 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
-from .models import Channel, Mode, OrderingOnDead, RedisOnFull, RedisTrim
-from .urls import check_redis_url, parse_database_url
+from .models import Channel, Mode, OrderingOnDead
+from .publishers.registry import CHANNELS
+from .urls import parse_database_url
 
 #: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
 DatabaseTls = Literal["disable", "require", "verify-full"]
@@ -112,8 +113,9 @@ def log_level_ok(value: str) -> bool:
     return value.upper() in logging.getLevelNamesMapping()
 
 
-class Settings(SdkEnvironment):
-    """The relay's configuration. Field docs name the variable and the unit."""
+class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: ignore[misc]
+    """The relay's configuration. Field docs name the variable and the unit; each
+    channel's own settings are a mixin from its package (`publishers/<channel>/settings.py`)."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True, env_ignore_empty=True)
 
@@ -123,7 +125,7 @@ class Settings(SdkEnvironment):
     relays: ClassVar[bool] = True
 
     # --- what this function relays ---
-    channel: Channel = Channel.REDIS  # OUTBOX_CHANNEL: redis | ses
+    channel: Channel = Channel.REDIS  # OUTBOX_CHANNEL: a registered channel (publishers/registry.py)
 
     # --- PostgreSQL ---
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
@@ -139,46 +141,6 @@ class Settings(SdkEnvironment):
     """PEM file of CA certificates for `verify-full` (the RDS global bundle)."""
     database_pool_size: int = Field(default=3, ge=1, le=20, validation_alias="DATABASE_POOL_SIZE")
     """Connections kept per container: a latency-mode poller uses three at once (claim, outcome writes, heartbeat)."""
-
-    # --- Redis ---
-    redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
-    """`redis://` or `rediss://` (TLS) URL, with AUTH user/password if any."""
-    redis_url_secret_arn: str | None = Field(default=None, validation_alias="REDIS_URL_SECRET_ARN")
-    """Secrets Manager secret whose string is the Redis URL (ElastiCache AUTH token inside)."""
-    redis_cluster: bool = False
-    """OUTBOX_REDIS_CLUSTER: talk to a Redis Cluster (cluster mode enabled, ElastiCache Serverless)
-    through redis-py's cluster client; the URL names any node or the configuration endpoint."""
-    redis_iam_auth: bool = False
-    """OUTBOX_REDIS_IAM_AUTH: log in to ElastiCache with an IAM auth token (the URL's user, a
-    signed `connect` request as its password) instead of a password; needs rediss://."""
-    redis_iam_cache_name: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
-    """OUTBOX_REDIS_IAM_CACHE_NAME: the replication group id or serverless cache name the token is for."""
-    redis_iam_serverless: bool = False
-    """OUTBOX_REDIS_IAM_SERVERLESS: the cache is an ElastiCache Serverless cache."""
-    redis_socket_timeout_seconds: float = Field(default=5.0, gt=0, le=60, allow_inf_nan=False)
-    redis_dedupe_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60, le=365 * 24 * 3600)
-    """How long a published message id is remembered for idempotent re-publish, seconds."""
-    redis_maxlen: int = Field(default=0, ge=0, le=2**63 - 1)
-    """Stream length bound; 0 disables trimming. With OUTBOX_REDIS_TRIM=maxlen an approximate
-    trim (`XADD MAXLEN ~ n`); with `acknowledged` a hard bound that trimming reaches only
-    through entries every consumer group has acknowledged. Redis reads the count as a
-    signed 64-bit integer and refuses every XADD with a larger one."""
-    redis_trim: RedisTrim = RedisTrim.MAXLEN
-    """OUTBOX_REDIS_TRIM: maxlen (trim whether read or not) | acknowledged (never past what a
-    consumer group has not acknowledged)."""
-    redis_on_full: RedisOnFull = RedisOnFull.HOLD
-    """OUTBOX_REDIS_ON_FULL: with `acknowledged`, a stream at its bound because a group lags:
-    hold (publish nothing more to it, attempts refunded) | trim (trim anyway, count the loss)."""
-    redis_wait_replicas: int = Field(default=0, ge=0, le=5)
-    """Replicas that must acknowledge a batch's writes (WAIT) before it is recorded delivered."""
-    redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
-    """How long WAIT waits for those replicas, milliseconds (0, wait forever, is refused)."""
-    redis_memory_high: float = Field(default=0.9, ge=0.5, le=1.0, allow_inf_nan=False)
-    """The gate claims nothing while Redis uses at least this fraction of its maxmemory
-    (when its policy does not evict every key)."""
-    redis_oom_backoff_seconds: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
-    """After an OOM reply, the gate claims nothing for this long (when Redis does not report
-    its maxmemory) or until memory is below the high mark, seconds."""
 
     # --- how much one invocation does ---
     mode: Mode = Mode.BATCH
@@ -223,19 +185,6 @@ class Settings(SdkEnvironment):
     throttle_delay_seconds: float = Field(default=2.0, ge=0, le=3600, allow_inf_nan=False)
     """Deferral of a throttled message (attempt refunded), seconds."""
     error_max_chars: int = Field(default=1000, ge=100, le=100_000)
-
-    # --- Amazon SES ---
-    ses_from: str | None = None
-    """Default sender (`From`) when a message names none; must be a verified identity."""
-    ses_configuration_set: str | None = None
-    ses_max_concurrency: int = Field(default=8, ge=1, le=64)
-    ses_record_group_size: int = Field(default=10, ge=1, le=500)
-    """Outcomes are written after at most this many sends complete (the duplicate window)."""
-    ses_quota_deferral_seconds: float = Field(default=3600.0, ge=60, le=2 * 24 * 3600, allow_inf_nan=False)
-    """Deferral when the 24-hour sending quota is used up, seconds."""
-    ses_max_send_rate: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
-    """Cap on the account's MaxSendRate from GetAccount, recipients per second (SES counts
-    recipients); the lower one wins."""
 
     # --- retention (maintenance function) ---
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
@@ -285,38 +234,8 @@ class Settings(SdkEnvironment):
                 parse_database_url(self.database_url)
             except ValueError as exc:
                 raise ValueError(f"DATABASE_URL: {exc}") from None
-        if self.relays and self.channel is Channel.REDIS and self.redis_url is None and self.redis_url_secret_arn is None:
-            raise ValueError("REDIS_URL: set REDIS_URL or REDIS_URL_SECRET_ARN for OUTBOX_CHANNEL=redis")
-        if self.redis_url is not None:
-            try:
-                check_redis_url(self.redis_url, cluster=self.redis_cluster, iam=self.redis_iam_auth)
-            except ValueError as exc:
-                raise ValueError(f"REDIS_URL: {exc}") from None
-        if self.relays and self.channel is Channel.REDIS and (
-                self.redis_dedupe_ttl_seconds < self.lease_seconds + self.function_timeout_seconds):
-            # A crashed invocation's message is claimed again once its lease expires and
-            # published again within one more timeout: the dedupe key must still be there.
-            raise ValueError(
-                f"OUTBOX_REDIS_DEDUPE_TTL_SECONDS ({self.redis_dedupe_ttl_seconds}s) must be at least "
-                f"OUTBOX_LEASE_SECONDS + OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.lease_seconds:g}s + "
-                f"{self.function_timeout_seconds:g}s), or a message published again after a crash is "
-                "not recognised and lands in the stream twice"
-            )
-        if self.relays and self.channel is Channel.REDIS and self.redis_iam_auth and not self.redis_iam_cache_name:
-            raise ValueError("OUTBOX_REDIS_IAM_CACHE_NAME: OUTBOX_REDIS_IAM_AUTH=true signs its token for one cache: "
-                             "set its replication group id or serverless cache name")
-        if self.relays and self.channel is Channel.REDIS and self.redis_trim is RedisTrim.ACKNOWLEDGED \
-                and self.redis_maxlen == 0:
-            raise ValueError("OUTBOX_REDIS_TRIM: acknowledged trims a stream down to OUTBOX_REDIS_MAXLEN; "
-                             "set OUTBOX_REDIS_MAXLEN above 0, or OUTBOX_REDIS_TRIM=maxlen")
-        if self.relays and self.channel is Channel.REDIS and self.redis_wait_replicas and (
-                self.redis_wait_timeout_ms / 1000.0 >= self.redis_socket_timeout_seconds):
-            # The reply to WAIT comes after its timeout: a socket timeout first would turn
-            # every slow replica into a connection failure.
-            raise ValueError(
-                f"OUTBOX_REDIS_WAIT_TIMEOUT_MS ({self.redis_wait_timeout_ms} ms) must be shorter than "
-                f"OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS ({self.redis_socket_timeout_seconds:g}s), or a replica "
-                "that does not answer in time looks like Redis going away")
+        for spec in CHANNELS:
+            spec.check_settings(self, self.relays and self.channel is spec.channel)
         return self
 
 
@@ -333,8 +252,8 @@ class MaintenanceSettings(Settings):
 
 _RELATION_VARS = (
     "OUTBOX_SUCCESSOR_LEAD_SECONDS", "OUTBOX_POLLER_TTL_SECONDS", "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
-    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "DATABASE_URL", "REDIS_URL", "OUTBOX_REDIS_DEDUPE_TTL_SECONDS",
-    "OUTBOX_REDIS_TRIM", "OUTBOX_REDIS_WAIT_TIMEOUT_MS", "OUTBOX_REDIS_IAM_CACHE_NAME",
+    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "DATABASE_URL",
+    *(var for spec in CHANNELS for var in spec.relation_variables),
 )
 
 

@@ -14,6 +14,7 @@ from .errors import ConfigurationError, InvalidEventError
 from .models import Channel, Mode
 from .modes import run_invocation
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
+from .publishers import base as contract
 from .publishers.base import Deadline
 from .relay import COUNTERS, NO_TIME, Summary
 from .runtime import Dependencies
@@ -169,7 +170,7 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
         result["handover"] = handover.summary()
 
     window.add(summary)
-    counters = getattr(deps.publisher, "counters", None)
+    counters = contract.counters(deps.publisher)
     if counters:
         # The publisher's own counts (Redis: not replicated, memory full, stream full, trimmed).
         for name, value in counters.items():

@@ -47,6 +47,7 @@ from .db import UNREACHABLE_MAX_WAIT, database_unreachable, retry_while_unreacha
 from .key_turns import KeyTurns
 from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
+from .publishers import base as contract
 from .publishers.base import Deadline, Publisher
 from .relay import NO_TIME, Batch, RelayPolicy, Summary, claim_batch, finish, run_batch
 from .store import LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
@@ -107,9 +108,7 @@ def run_invocation(store: Store, publisher: Publisher, policy: RelayPolicy, dead
     `on_progress(summary)` is called after every claim (the invocation flushes
     its metrics from there); `sleep` waits the idle poll interval (tests pass a fake);
     in latency mode, while `may_claim()` is false the invocation waits instead of claiming."""
-    begin = getattr(publisher, "begin", None)
-    if begin is not None:
-        begin(deadline)
+    contract.begin(publisher, deadline)
     if policy.mode is Mode.BATCH:
         summary = run_batch(store, publisher, policy, deadline, owner)
         summary.mode = policy.mode.value
@@ -146,7 +145,7 @@ class _Pipeline:
         self.records = RecordQueue(deadline if policy.mode is Mode.LATENCY else None)
         self.unreachable_since: float | None = None
         self.unreachable_wait = 0.0
-        ahead = bool(getattr(publisher, "pipelined", False))
+        ahead = contract.pipelines(publisher)
         # Two batches may be in memory at once (one published, one claimed ahead).
         self.max_bytes = max(1, policy.batch_max_bytes // 2) if ahead else policy.batch_max_bytes
         self.claims = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-claim") if ahead else None

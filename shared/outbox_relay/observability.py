@@ -16,6 +16,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from .config import SERVICE_NAME, log_level_ok
 
+# The Redis channel's metric names, at their old import path.
+from .publishers.redis.metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED  # noqa: F401
+from .publishers.registry import CHANNELS
+
 SERVICE = SERVICE_NAME
 DEFAULT_NAMESPACE = "OutboxRelay"
 
@@ -58,14 +62,6 @@ BATCH_DURATION = "BatchDuration"
 OLDEST_PENDING_AGE = "OldestPendingAge"
 DELIVERY_LAG = "DeliveryLag"
 DELIVERY_LAG_MAX = "DeliveryLagMax"
-# Redis relay only (per invocation): messages not recorded delivered because fewer replicas
-# than OUTBOX_REDIS_WAIT_REPLICAS acknowledged them; claims refused because Redis memory was
-# full (or it answered OOM); messages held because their stream was at its bound; entries
-# trimmed that a consumer group had not acknowledged (OUTBOX_REDIS_ON_FULL=trim).
-NOT_REPLICATED = "NotReplicated"
-MEMORY_FULL = "RedisMemoryFull"
-STREAM_FULL = "StreamFull"
-TRIMMED_UNACKNOWLEDGED = "TrimmedUnacknowledged"
 # Latency mode's poller handover (per channel): seconds no poller was running before
 # this one registered; a successor that could not be started; messages whose dead
 # poller's lease was taken over at once.
@@ -94,10 +90,6 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     OLDEST_PENDING_AGE: MetricUnit.Seconds,
     DELIVERY_LAG: MetricUnit.Milliseconds,
     DELIVERY_LAG_MAX: MetricUnit.Milliseconds,
-    NOT_REPLICATED: MetricUnit.Count,
-    MEMORY_FULL: MetricUnit.Count,
-    STREAM_FULL: MetricUnit.Count,
-    TRIMMED_UNACKNOWLEDGED: MetricUnit.Count,
     SECONDS_WITHOUT_POLLER: MetricUnit.Seconds,
     SUCCESSOR_NOT_STARTED: MetricUnit.Count,
     LEASES_TAKEN_OVER: MetricUnit.Count,
@@ -106,6 +98,8 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     DEAD_COUNT: MetricUnit.Count,
     PURGED: MetricUnit.Count,
 }
+# Each channel's own metrics (its publisher's `counters`) are counts, named in its spec.
+METRIC_UNITS.update({name: MetricUnit.Count for spec in CHANNELS for name in spec.metrics})
 
 
 #: The relay summary's message counts (`relay.COUNTERS`) and the metric each one is.

@@ -22,6 +22,7 @@ from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 from .errors import InvalidMessageError
 from .events import check_deliver_at, check_key, event_row
 from .models import Channel
+from .publishers.registry import spec_for
 
 #: Most messages in one bulk statement.
 BULK_CHUNK = 1000
@@ -103,6 +104,14 @@ def check_conn(conn: Any) -> None:
                                       f"not {what}")
 
 
+def _check_registered(channel: str) -> None:
+    """The schema takes any channel name (migration 0007): the registry says which exist."""
+    try:
+        spec_for(channel)
+    except KeyError as exc:
+        raise InvalidMessageError("channel", str(exc.args[0])) from None
+
+
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     """Write one validated message row (`sql.producer.insert_message` parameters) in the
     caller's transaction and return its message id.
@@ -113,6 +122,7 @@ def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     payload), which would otherwise be dropped silently, also when another
     transaction wrote it at the same time (one more statement, only then).
     """
+    _check_registered(row["channel"])
     inserted, same = conn.execute(sql.producer.insert_message, row).one()
     if not inserted and same is None:
         # Written by a transaction that committed while this one waited: look again.
@@ -231,6 +241,8 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
 def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
     """Write the validated `rows` of positions `start`… in one statement (emptying
     `rows`); raise on the first one whose id is held by a different message."""
+    for channel in {r["channel"] for r in rows}:
+        _check_registered(channel)
     messages = json.dumps([
         {**r, "i": i, "message_id": str(r["message_id"]),
          "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}

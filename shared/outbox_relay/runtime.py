@@ -14,13 +14,13 @@ from typing import Any
 from .backoff import Backoff
 from .config import Settings, get_settings
 from .db import create_relay_engine
-from .errors import ConfigurationError
 from .models import Channel, Mode
 from .pollers import PollerRegistry, Registry, StartSuccessor, lambda_starter
 from .publishers.base import Publisher
+from .publishers.redis import GC_YOUNG_THRESHOLD as REDIS_GC_YOUNG_THRESHOLD
+from .publishers.registry import spec_for
 from .relay import RelayPolicy
 from .store import LeaseStore
-from .urls import check_redis_url
 
 
 @dataclass(frozen=True)
@@ -36,58 +36,16 @@ class Dependencies:
     start_successor: StartSuccessor | None = None
 
 
-def redis_url(settings: Settings) -> str:
-    """`REDIS_URL`, or the string of the `REDIS_URL_SECRET_ARN` secret (cached by Powertools)."""
-    if settings.redis_url:
-        return settings.redis_url
-    from aws_lambda_powertools.utilities import parameters
-
-    try:
-        value = parameters.get_secret(settings.redis_url_secret_arn, max_age=300)
-    except Exception as exc:
-        raise ConfigurationError("REDIS_URL_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
-    value = value.decode() if isinstance(value, bytes) else str(value)
-    if not value.startswith(("redis://", "rediss://")):
-        raise ConfigurationError("REDIS_URL_SECRET_ARN", "secret must hold a redis:// or rediss:// URL")
-    try:
-        check_redis_url(value, cluster=settings.redis_cluster, iam=settings.redis_iam_auth)
-    except ValueError as exc:
-        raise ConfigurationError("REDIS_URL_SECRET_ARN", f"the secret's URL: {exc}") from None
-    return value
-
-
-def iam_credentials(settings: Settings, url: str) -> Any:
-    """The ElastiCache IAM token provider when OUTBOX_REDIS_IAM_AUTH is on, else None."""
-    if not settings.redis_iam_auth:
-        return None
-    from urllib.parse import unquote, urlparse
-
-    from .publishers.redis_client import ElastiCacheIamCredentials
-
-    region = settings.region
-    if not region:
-        raise ConfigurationError("AWS_DEFAULT_REGION", "the ElastiCache IAM token is signed for a region: set "
-                                 "AWS_REGION or AWS_DEFAULT_REGION (Lambda sets AWS_REGION)")
-    return ElastiCacheIamCredentials(unquote(urlparse(url).username or ""), str(settings.redis_iam_cache_name),
-                                     region, serverless=settings.redis_iam_serverless)
-
-
 def build_publisher(settings: Settings) -> Publisher:
-    if settings.channel is Channel.REDIS:
-        from .publishers.redis_client import create_redis_client
-        from .publishers.redis_streams import RedisStreamsPublisher
+    """The publisher of `settings.channel`, built by its package (`publishers/registry.py`)."""
+    return spec_for(settings.channel).build_publisher(settings)
 
-        url = redis_url(settings)
-        client = create_redis_client(url, socket_timeout_seconds=settings.redis_socket_timeout_seconds,
-                                     cluster=settings.redis_cluster, credential_provider=iam_credentials(settings, url))
-        return RedisStreamsPublisher(
-            client, dedupe_ttl_seconds=settings.redis_dedupe_ttl_seconds, maxlen=settings.redis_maxlen,
-            trim=settings.redis_trim, on_full=settings.redis_on_full, wait_replicas=settings.redis_wait_replicas,
-            wait_timeout_ms=settings.redis_wait_timeout_ms, memory_high=settings.redis_memory_high,
-            oom_backoff_seconds=settings.redis_oom_backoff_seconds)
-    from .publishers.ses.publisher import build_ses_publisher
 
-    return build_ses_publisher(settings)
+def redis_url(settings: Settings) -> str:
+    """The Redis URL (kept here for callers of its old place; see `publishers.redis.build`)."""
+    from .publishers.redis.build import redis_url as resolve
+
+    return resolve(settings)
 
 
 def build_policy(settings: Settings) -> RelayPolicy:
@@ -125,9 +83,8 @@ def get_dependencies() -> Dependencies:
     return deps
 
 
-#: Allocations (net new container objects) between young-generation collections
-#: in a Redis relay once `settle_gc` ran; CPython's default is 700.
-GC_YOUNG_THRESHOLD = 20_000
+#: The Redis relay's young-generation threshold (its spec's `gc_young_threshold`).
+GC_YOUNG_THRESHOLD = REDIS_GC_YOUNG_THRESHOLD
 _gc_settled = False
 
 
@@ -140,12 +97,12 @@ def settle_gc(channel: Channel) -> None:
       which collections never walk again (Python documentation, "gc — Garbage
       Collector interface", `gc.freeze`), so no full collection walks them in
       the middle of a batch.
-    - Redis channel only: the young generation's threshold is raised to
-      `GC_YOUNG_THRESHOLD` (`gc.set_threshold`). A Redis batch builds a few
-      tuples per message (claimed row, delivery result, outcome), freed by
-      reference counting, and no reference cycles, so the default threshold
-      only makes the collector run to find nothing. The SES channel keeps the
-      default: each send leaves cycles behind (the standard library's email
+    - A channel whose spec sets `gc_young_threshold` gets that young-generation
+      threshold (`gc.set_threshold`). Redis sets `GC_YOUNG_THRESHOLD`: a Redis
+      batch builds a few tuples per message (claimed row, delivery result,
+      outcome), freed by reference counting, and no reference cycles, so the
+      default threshold only makes the collector run to find nothing. SES keeps
+      the default: each send leaves cycles behind (the standard library's email
       header classes, botocore's response parsers), which a higher threshold
       would keep in memory longer, and SES is paced by its send rate anyway.
 
@@ -157,9 +114,10 @@ def settle_gc(channel: Channel) -> None:
         return
     _gc_settled = True
     gc.freeze()
-    if channel is Channel.REDIS:
+    young = spec_for(channel).gc_young_threshold
+    if young is not None:
         _, older, oldest = gc.get_threshold()
-        gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+        gc.set_threshold(young, older, oldest)
 
 
 def reset() -> None:

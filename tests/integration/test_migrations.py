@@ -190,3 +190,22 @@ def test_two_upgrades_at_once_both_succeed(empty_database_url):
     # Then the second waited for the first and found nothing to do
     assert errors == [] and current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_the_schema_takes_any_channel_name_from_0007_and_the_downgrade_pins_them_again(old_engine):
+    # Given a database at head with one message
+    upgrade(old_engine)
+    with old_engine.begin() as conn:
+        message_id = enqueue_event(conn, stream="orders", type="order.placed", payload={})
+    rename = text("UPDATE outbox_message SET channel = :channel WHERE message_id = :id")
+    # Then a channel 0001 did not know is accepted by the schema (the registry checks it at enqueue)
+    with old_engine.begin() as conn:
+        conn.execute(rename, {"channel": "carrier-pigeon", "id": message_id})
+    # And the downgrade to 0006 refuses while such a message exists, then pins the old names again
+    with pytest.raises(Exception, match="outbox_message_channel_check"):
+        downgrade(old_engine, "0006")
+    with old_engine.begin() as conn:
+        conn.execute(rename, {"channel": "redis", "id": message_id})
+    downgrade(old_engine, "0006")
+    with pytest.raises(Exception, match="outbox_message_channel_check"), old_engine.begin() as conn:
+        conn.execute(rename, {"channel": "carrier-pigeon", "id": message_id})

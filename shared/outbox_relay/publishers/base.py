@@ -1,14 +1,72 @@
-"""What every publisher offers the relay."""
+"""The publisher contract: what every channel's publisher must do and may do.
+
+This docstring is the one place the contract is written down; docs/channels.md
+points here.
+
+A publisher is a channel's delivery side. The relay drives it, per invocation:
+`begin(deadline)` once, then for each batch `gate()`, `claim_limit(...)`, and,
+when something was claimed, `deliver(messages, deadline, record)`. Its
+`counters` are read (and emitted as metrics) at the end of the invocation.
+
+Must:
+- `channel`: the `Channel` it delivers; its rows are the ones claimed.
+- `gate()`: a cheap check of the downstream before claiming. None when it can
+  take messages; else a short reason (no personal data) and nothing is claimed
+  (metric GateClosed). It tells "downstream unavailable" from "this message is bad".
+- `claim_limit(batch_size, seconds_available)`: how many messages to claim,
+  at most `batch_size`, 0 when nothing can start in the time left.
+- `deliver(messages, deadline, record)`: deliver and call `record(results)`
+  with one `DeliveryResult` per message it finished, as they complete (one
+  `record` call is one outcome statement; several are allowed, each message at
+  most once). The message id (`ClaimedMessage.message_id`) travels with the
+  message as the consumer's dedupe key.
+
+May (the defaults, in `BasePublisher`, apply to a publisher that leaves them out):
+- `pipelined` (default False): True lets the relay claim the next batch while
+  this one is delivered (drain and latency modes). A publisher paced by a rate
+  gains nothing by it.
+- `begin(deadline)` (default: nothing): a new invocation starts; reset
+  per-invocation state (rate limiters, cached gates, counters).
+- `counters` (default: none): this invocation's own counts, by metric name
+  (each name declared in `observability.METRIC_UNITS` and the channel's spec),
+  emitted as metrics and listed under `downstream` in the summary.
+
+Outcome classes, and how each is reported (`relay.to_outcome` turns them into
+what is written):
+- delivered: `DeliveryResult.delivered(seq, ref)`; `ref` says where it landed.
+- transient (network, 5xx, timeouts): a result with `ErrorClass.TRANSIENT`;
+  retried after the backoff, or after `retry_after_seconds` when given;
+  dead-lettered once attempts reach the maximum.
+- permanent (the message's fault): `ErrorClass.PERMANENT`; dead letter now.
+- throttled (slow down): `ErrorClass.THROTTLED`; attempt refunded, deferred by
+  `retry_after_seconds` or OUTBOX_THROTTLE_DELAY_SECONDS.
+- downstream unavailable: raise `errors.DownstreamUnavailable` (the whole
+  downstream, not one message) after recording what completed, or report
+  `ErrorClass.DOWNSTREAM_UNAVAILABLE` for one message; refunded.
+- the downstream refuses us (account, identity, configuration): raise
+  `errors.StopBatch`; the rest is released, refunded.
+- not attempted: leave the message out of every `record` call (the deadline
+  came, the batch stopped); the relay releases it, refunded. A result with
+  `ErrorClass.NOT_ATTEMPTED` says the same with a reason.
+
+The deadline rule: no delivery starts once `deadline.seconds_left()` (time left
+minus OUTBOX_DEADLINE_MARGIN_SECONDS) is <= 0, and every delivery started
+before ends (completes or times out, by the client's timeouts) within the
+margin, so its result can still be recorded before the Lambda deadline.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from types import MappingProxyType
+from typing import Callable, ClassVar, Mapping, Protocol, Sequence
 
 from ..models import Channel, ClaimedMessage, DeliveryResult
 
 #: The relay's callback: record these results now (one outcome statement).
 RecordResults = Callable[[Sequence[DeliveryResult]], None]
+
+_NO_COUNTERS: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,25 +88,53 @@ class Deadline:
 
 
 class Publisher(Protocol):
-    """A channel's delivery side. Raises `DownstreamUnavailable` or `StopBatch`
-    (see `errors`) for failures that are not one message's fault."""
+    """A channel's delivery side; the contract is the module's docstring."""
 
     channel: Channel
-    #: Whether the relay may claim the next batch while this one is delivered
-    #: (drain and latency modes); a publisher paced by a rate gains nothing by it.
     pipelined: bool
 
+    @property
+    def counters(self) -> Mapping[str, int]:
+        """This invocation's own counts, by metric name."""
+
     def begin(self, deadline: Deadline) -> None:
-        """A new invocation starts (per-invocation state: rate limits, cached gates)."""
+        """A new invocation starts (per-invocation state: rate limits, cached gates, counters)."""
 
     def gate(self) -> str | None:
-        """Check the downstream before claiming: None when it can take messages,
-        else a short reason (no personal data) and nothing is claimed."""
+        """None when the downstream can take messages, else a short reason; nothing is claimed then."""
 
     def claim_limit(self, batch_size: int, seconds_available: float) -> int:
-        """How many messages to claim, given the configured batch size and the
-        seconds left before the deadline."""
+        """How many messages to claim, given the batch size and the seconds left before the deadline."""
 
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Deliver `messages`, calling `record` with results as they complete.
-        Messages it never reports (deadline reached) are released by the relay."""
+        """Deliver `messages`, calling `record` with results as they complete."""
+
+
+class BasePublisher:
+    """The optional members' defaults; the channels' publishers derive from it."""
+
+    channel: ClassVar[Channel]
+    pipelined: ClassVar[bool] = False
+    counters: Mapping[str, int] = _NO_COUNTERS
+
+    def begin(self, deadline: Deadline) -> None:
+        """Nothing is kept per invocation."""
+
+
+# A publisher written against the four required members only (a test double)
+# gets the defaults above: the relay reads the optional members through these.
+def pipelines(publisher: Publisher) -> bool:
+    """The publisher's `pipelined`, False when it declares none."""
+    return bool(getattr(publisher, "pipelined", BasePublisher.pipelined))
+
+
+def begin(publisher: Publisher, deadline: Deadline) -> None:
+    """Call the publisher's `begin`, when it declares one."""
+    start = getattr(publisher, "begin", None)
+    if start is not None:
+        start(deadline)
+
+
+def counters(publisher: Publisher) -> Mapping[str, int]:
+    """The publisher's `counters`, none when it declares none."""
+    return getattr(publisher, "counters", None) or _NO_COUNTERS

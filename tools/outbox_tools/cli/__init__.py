@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from outbox_relay.errors import ConfigurationError, InvalidMessageError
+from outbox_relay.publishers.registry import CHANNELS
 
 from . import local, messages, operations, sam_local
 
@@ -84,8 +85,11 @@ def main() -> None:
     """Transactional-outbox relay: PostgreSQL to Redis Streams and Amazon SES."""
 
 
-for _command in (local.migrate, messages.enqueue_event_cmd, messages.enqueue_email_cmd, local.relay,
-                 operations.stats, local.demo, operations.dead, operations.redrive, operations.purge):
+for _command in (local.migrate, local.relay, operations.stats, local.demo, operations.dead, operations.redrive,
+                 operations.purge):
     main.add_command(_command)
+# One enqueue command per registered channel, under the name its spec gives.
+for _spec in CHANNELS:
+    main.add_command(messages.ENQUEUE_COMMANDS[_spec.enqueue_command])
 main.add_command(sam_local.local_group)
 

@@ -135,3 +135,7 @@ def enqueue_email_cmd(to: tuple[str, ...], cc: tuple[str, ...], bcc: tuple[str, 
     finally:
         engine.dispose()
     click.echo(str(mid))
+
+
+#: Each channel's enqueue command, by the name its spec (`ChannelSpec.enqueue_command`) gives.
+ENQUEUE_COMMANDS: dict[str, click.Command] = {c.name: c for c in (enqueue_event_cmd, enqueue_email_cmd) if c.name}

@@ -19,11 +19,12 @@ from outbox_relay.operations.purge import purge as purge_messages
 from outbox_relay.operations.redrive import REDRIVE_BATCH, RedriveSelection, count_redrive
 from outbox_relay.operations.redrive import redrive as redrive_messages
 from outbox_relay.operations.stats import queue_stats
+from outbox_relay.publishers.registry import CHANNELS
 
 from ..durations import format_seconds, parse_duration
 from . import common
 
-_CHANNELS = click.Choice([c.value for c in Channel], case_sensitive=False)
+_CHANNELS = click.Choice([spec.channel.value for spec in CHANNELS], case_sensitive=False)
 _ERROR_CLASSES = click.Choice([e.value for e in ErrorClass], case_sensitive=False)
 #: Longest error text `outbox dead list` prints per row.
 LIST_ERROR_CHARS = 80

@@ -29,7 +29,7 @@ from ...email.addresses import address_of, parse_address
 from ...errors import ConfigurationError
 from ...models import Channel, ClaimedMessage, DeliveryResult
 from ...observability import logger as log
-from ..base import Deadline, RecordResults
+from ..base import BasePublisher, Deadline, RecordResults
 from .client import create_ses_client, ses_timeouts, supports_simple_headers
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
@@ -42,7 +42,7 @@ GATE_INTERVAL_SECONDS = 10.0
 _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-class SesPublisher:
+class SesPublisher(BasePublisher):
     """Sends claimed emails through SES v2 ``SendEmail``.
 
     Args:

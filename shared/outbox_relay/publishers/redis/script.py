@@ -1,0 +1,190 @@
+"""The idempotent publish script and how a batch is cut into its calls: the Lua
+source, the dedupe keys it checks (in the stream's hash slot), calls of about
+`SCRIPT_CHUNK` messages with each ordering key in one call, and the results of
+a call that failed as a whole."""
+
+from __future__ import annotations
+
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
+
+# KEYS[1] = stream; KEYS[1 + i] = dedupe key of message i.
+# ARGV[1] = the stream's bound (0: none), ARGV[2] = dedupe TTL in milliseconds,
+# ARGV[3] = trimming: 'maxlen' (XADD MAXLEN ~ bound), 'hold' or 'trim' (acknowledged
+# trimming: only entries below what every consumer group acknowledged are trimmed; at
+# the bound, 'hold' adds nothing more and 'trim' trims to the bound anyway),
+# ARGV[4] = '1' when the caller WAITs for replicas (a dedupe hit then writes too, so
+# that the WAIT covers the entry it points at: replication applies writes in order),
+# ARGV[4 + i] = message i's fields joined by NUL: id, type, key ('' = none),
+# payload, created_at, headers ('' = none): one argument per message, because the
+# client packs every argument in Python; no field can hold NUL (PostgreSQL text cannot).
+# Reply: one line per message, joined with "\n" into one string: "<entry id>"
+# (added), "=<entry id>" (already published: nothing added), "!<error>" (this
+# message failed; others go on), "~" (not attempted: an earlier message of
+# its ordering key failed in this call) or "#" (not attempted: the stream is at its
+# bound); then, when 'trim' removed entries some group had not acknowledged, a line
+# "^<count>". One string, because the client parses an array reply element by
+# element in Python.
+PUBLISH_SCRIPT = """
+local stream = KEYS[1]
+local bound = tonumber(ARGV[1])
+local ttl = ARGV[2]
+local trimming = ARGV[3]
+local waits = ARGV[4] == '1'
+local find, sub, pcall = string.find, string.sub, redis.pcall
+local n = #KEYS - 1
+local xadd_trim = trimming == 'maxlen' and bound > 0
+local room = n
+local dropped = 0
+local function below(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, bm = tonumber(am), tonumber(bm)
+  if am ~= bm then return am < bm end
+  return tonumber(as) < tonumber(bs)
+end
+-- The end of the range every consumer group has acknowledged, as XRANGE takes it: up to
+-- and including its last-delivered id, or below its oldest pending entry when it has
+-- pending entries; the lowest over the groups; nil when the stream has no group.
+local function acknowledged_end()
+  local groups = pcall('XINFO', 'GROUPS', stream)
+  if type(groups) ~= 'table' or groups.err then return nil end
+  local best, best_excl = nil, false
+  for _, g in ipairs(groups) do
+    local f = {}
+    for j = 1, #g, 2 do f[g[j]] = g[j + 1] end
+    local id, excl = f['last-delivered-id'], false
+    if tonumber(f['pending']) > 0 then id, excl = redis.call('XPENDING', stream, f['name'])[2], true end
+    if best == nil or below(id, best) or (id == best and excl) then best, best_excl = id, excl end
+  end
+  if best == nil then return nil end
+  return best_excl and ('(' .. best) or best
+end
+local function acknowledged_count(upto, count)
+  return #redis.call('XRANGE', stream, '-', upto, 'COUNT', count)
+end
+local keep = nil
+local trim_after = false
+if trimming ~= 'maxlen' and bound > 0 then
+  local len = redis.call('XLEN', stream)
+  local over = len + n - bound
+  if over > 0 then
+    keep = acknowledged_end()
+    if keep == nil then
+      trim_after = true  -- no consumer group: nothing to protect, trimmed as MAXLEN would
+    else
+      local removable = acknowledged_count(keep, over)
+      if removable > 0 then redis.call('XTRIM', stream, 'MAXLEN', len - removable) end
+      if trimming == 'hold' then room = bound - (len - removable) else trim_after = true end
+    end
+  end
+end
+local out = {}
+local failed = {}
+local added = 0
+for i = 1, n do
+  local f = ARGV[i + 4]
+  local a = find(f, '\\0', 1, true)
+  local b = find(f, '\\0', a + 1, true)
+  local c = find(f, '\\0', b + 1, true)
+  local key = c > b + 1 and sub(f, b + 1, c - 1) or nil
+  local dedupe = KEYS[i + 1]
+  local prior = key and failed[key] and '~' or pcall('GET', dedupe)
+  if prior == '~' then
+    out[i] = '~'
+  elseif type(prior) == 'string' then
+    if waits then redis.call('PEXPIRE', dedupe, ttl) end
+    out[i] = '=' .. prior
+  elseif added >= room then
+    out[i] = '#'
+  else
+    local d = find(f, '\\0', c + 1, true)
+    local e = find(f, '\\0', d + 1, true)
+    local t = {'id', sub(f, 1, a - 1), 'type', sub(f, a + 1, b - 1)}
+    if key then t[5] = 'key'; t[6] = key end
+    t[#t + 1] = 'payload'; t[#t + 1] = sub(f, c + 1, d - 1)
+    t[#t + 1] = 'created_at'; t[#t + 1] = sub(f, d + 1, e - 1)
+    if e < #f then t[#t + 1] = 'headers'; t[#t + 1] = sub(f, e + 1) end
+    local res
+    if xadd_trim then
+      res = pcall('XADD', stream, 'MAXLEN', '~', ARGV[1], '*', unpack(t))
+    else
+      res = pcall('XADD', stream, '*', unpack(t))
+    end
+    if type(res) == 'table' and res.err then
+      out[i] = '!' .. string.gsub(res.err, '[\\r\\n]', ' ')
+      if key then failed[key] = true end
+    else
+      redis.call('SET', dedupe, res, 'PX', ttl)
+      out[i] = res
+      added = added + 1
+    end
+  end
+end
+if trim_after then
+  local over = redis.call('XLEN', stream) - bound
+  if over > 0 then
+    if keep ~= nil then
+      dropped = over - acknowledged_count(keep, over)
+    end
+    redis.call('XTRIM', stream, 'MAXLEN', bound)
+  end
+end
+if dropped > 0 then out[n + 1] = '^' .. dropped end
+return table.concat(out, '\\n')
+"""
+
+#: Messages per script call: bounds how long one call holds Redis (scripts block the server).
+#: A key's messages of one batch stay in one call, which may make it longer.
+SCRIPT_CHUNK = 250
+#: Why a message was not published: the script stopped its key at an earlier failure.
+KEY_STOPPED = "redis: not attempted: an earlier message of its key failed in this batch"
+
+
+def dedupe_key(stream: str, message_id: str) -> str:
+    """The dedupe key of `message_id` on `stream`, in the stream's hash slot."""
+    return dedupe_prefix(stream) + message_id
+
+
+def dedupe_prefix(stream: str) -> str:
+    """What every dedupe key of `stream` starts with: `{stream}:outbox-dedupe:`,
+    or `stream:outbox-dedupe:` when the name already carries a hash tag."""
+    start = stream.find("{")
+    if start != -1 and stream.find("}", start + 2) != -1:
+        return f"{stream}:outbox-dedupe:"
+    return f"{{{stream}}}:outbox-dedupe:"
+
+
+def all_failed(batch: list[ClaimedMessage], error_class: ErrorClass, error: str) -> list[DeliveryResult]:
+    """Every message of a call failed: the first of each key with the error, the
+    key's later ones as not attempted (their turn had not come)."""
+    seen: set[str] = set()
+    out = []
+    for m in batch:
+        if m.key is not None and m.key in seen:
+            out.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=KEY_STOPPED))
+            continue
+        if m.key is not None:
+            seen.add(m.key)
+        out.append(DeliveryResult(m.seq, error_class=error_class, error=error))
+    return out
+
+
+def script_calls(group: list[ClaimedMessage]) -> list[list[ClaimedMessage]]:
+    """One stream's messages (in seq order) in script calls of about `SCRIPT_CHUNK`,
+    each key's messages in a single call, in order: the script stops a key at its
+    first failure, and calls of one pipeline cannot see each other's."""
+    if len(group) <= SCRIPT_CHUNK:
+        return [group]
+    chunks: list[list[ClaimedMessage]] = [[]]
+    chunk_of: dict[str, list[ClaimedMessage]] = {}
+    for m in group:
+        chunk = chunk_of.get(m.key) if m.key is not None else None
+        if chunk is None:
+            chunk = chunks[-1]
+            if len(chunk) >= SCRIPT_CHUNK:
+                chunk = []
+                chunks.append(chunk)
+            if m.key is not None:
+                chunk_of[m.key] = chunk
+        chunk.append(m)
+    return chunks

@@ -1,0 +1,106 @@
+"""docs/howto/add-a-channel.md names every place a channel appears: each
+registered channel is found in each of them, and each channel's spec is
+consistent with the code and the template it names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from outbox_relay import observability as obs
+from outbox_relay.models import Channel
+from outbox_relay.publishers.registry import CHANNELS, spec_for
+from outbox_relay.publishers.spec import _resolve
+from support.template import TemplateModel
+
+ROOT = Path(__file__).resolve().parents[2]
+HOWTO = ROOT / "docs/howto/add-a-channel.md"
+_ROW = re.compile(r"^\| `(?P<path>[^`]+)` \| [^|]+ \| `(?P<needle>[^`]+)` \|$")
+
+
+def _places() -> list[tuple[str, str]]:
+    text = HOWTO.read_text(encoding="utf-8").split("## The files", 1)[1]
+    return [(m["path"], m["needle"]) for m in map(_ROW.match, text.splitlines()) if m]
+
+
+def _fill(text: str, spec) -> str:
+    return text.format(channel=spec.channel.value, Prefix=spec.template_prefix, producer=spec.producer,
+                       command=spec.enqueue_command)
+
+
+def test_the_howto_lists_places() -> None:
+    assert len(_places()) >= 10
+
+
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+@pytest.mark.parametrize("place", _places(), ids=lambda p: f"{p[0]}:{p[1]}")
+def test_every_registered_channel_appears_in_each_place_the_howto_names(spec, place) -> None:
+    # Given a registered channel and a place the how-to names
+    path, needle = (_fill(part, spec) for part in place)
+    # Then the file exists and holds what the how-to says it holds for that channel
+    file = ROOT / path
+    assert file.is_file(), f"{path} (named by the how-to) does not exist for {spec.channel.value}"
+    assert needle in file.read_text(encoding="utf-8"), f"{path} has no {needle!r} for {spec.channel.value}"
+
+
+def test_every_channel_is_registered_once() -> None:
+    assert sorted(s.channel.value for s in CHANNELS) == sorted(c.value for c in Channel)
+    assert all(spec_for(c).channel is c for c in Channel)
+    with pytest.raises(KeyError, match="no channel 'carrier-pigeon' is registered"):
+        spec_for("carrier-pigeon")
+
+
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+def test_each_channels_template_function_relays_it_and_its_spec_resolves(spec) -> None:
+    # Given the template with every channel on
+    template = TemplateModel(every_condition=True)
+    function = f"Relay{spec.template_prefix}Function"
+    # Then its relay function relays that channel, under its switch
+    assert template.function_environment(function)["OUTBOX_CHANNEL"] == spec.channel.value
+    assert template.resources[function]["Condition"] == f"{spec.template_prefix}Enabled"
+    # And its settings, metrics, builder and validator are there
+    assert spec.settings.model_fields, "a channel's settings name at least one variable"
+    assert set(spec.metrics) <= set(obs.METRIC_UNITS)
+    assert callable(_resolve(spec.builder)) and callable(_resolve(spec.validator))
+
+
+#: What every channel's block of template.yaml holds, by logical id (`{Prefix}` its template prefix).
+CHANNEL_BLOCK = ("Relay{Prefix}LogGroup", "Relay{Prefix}Function", "Relay{Prefix}ErrorsAlarm",
+                 "Relay{Prefix}ThrottlesAlarm", "Relay{Prefix}DurationAlarm", "Relay{Prefix}DeadLetteredAlarm",
+                 "Relay{Prefix}DeliveryLagAlarm", "Relay{Prefix}OldestPendingAlarm",
+                 "Relay{Prefix}SecondsWithoutPollerAlarm")
+
+
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+def test_each_registered_channel_has_its_whole_block_in_the_template_and_can_be_switched_off(spec) -> None:
+    # Given the template as written
+    template = TemplateModel()
+    switch = f"{spec.template_prefix}Enabled"
+    # Then the channel's block is there, every resource of it under its switch
+    for name in (n.format(Prefix=spec.template_prefix) for n in CHANNEL_BLOCK):
+        assert name in template.resources, f"template.yaml has no {name}"
+        condition = template.resources[name].get("Condition")
+        assert condition == switch or switch in str(template.doc["Conditions"].get(condition)), \
+            f"{name} is not switched by {switch}"
+    output = template.doc["Outputs"][f"Relay{spec.template_prefix}FunctionArn"]
+    assert output["Condition"] == switch
+    # And the rule that keeps one channel on names its switch's parameter
+    assert switch in template.doc["Conditions"]
+    rule = str(template.doc["Rules"]["AtLeastOneChannel"])
+    parameter = str(template.doc["Conditions"][switch])
+    assert any(p in rule for p in re.findall(r"'Ref': '(\w+)'", parameter)), f"AtLeastOneChannel ignores {switch}"
+
+
+def test_the_producer_api_writes_only_registered_channels() -> None:
+    # Given a row for a channel no package registers (the schema takes any name since 0007)
+    from outbox_relay.errors import InvalidMessageError
+    from outbox_relay.producer import insert_message
+
+    row = dict(spec_for("redis").validate_message(stream="orders", type="order.placed", payload={}),
+               channel="carrier-pigeon")
+    # Then it is refused before any statement runs, naming the field
+    with pytest.raises(InvalidMessageError) as err:
+        insert_message(object(), row)
+    assert err.value.field == "channel"
