@@ -15,9 +15,10 @@ from .models import Channel, Mode
 from .modes import run_invocation
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
 from .publishers.base import Deadline
-from .relay import COUNTERS, NO_TIME, Summary
+from .relay import NO_TIME
 from .runtime import Dependencies
 from .store import lease_token
+from .summary import COUNTERS, Summary
 
 
 class ScheduleEvent(BaseModel):

@@ -48,8 +48,9 @@ from .key_turns import KeyTurns
 from .models import ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
 from .publishers.base import Deadline, Publisher
-from .relay import NO_TIME, Batch, RelayPolicy, Summary, claim_batch, finish, run_batch
+from .relay import NO_TIME, Batch, RelayPolicy, claim_batch, run_batch
 from .store import LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
+from .summary import Summary, finish
 
 Write = Callable[[], RecordResult]
 #: After a claim that found messages, the first idle wait is the poll interval divided by
