@@ -10,15 +10,16 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import observability as obs
+from .batch import NO_TIME
 from .errors import ConfigurationError, InvalidEventError
 from .models import Channel, Mode
 from .modes import run_invocation
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
 from .publishers import base as contract
 from .publishers.base import Deadline
-from .relay import COUNTERS, NO_TIME, Summary
 from .runtime import Dependencies
 from .store import lease_token
+from .summary import COUNTERS, Summary
 
 
 class ScheduleEvent(BaseModel):

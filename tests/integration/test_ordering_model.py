@@ -22,11 +22,12 @@ from sqlalchemy import create_engine, text
 from outbox_relay.backoff import Backoff
 from outbox_relay.key_turns import KeyTurns
 from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, OrderingOnDead
+from outbox_relay.modes import RecordNow
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import Batch, RelayPolicy, Summary, _record_now
+from outbox_relay.relay import Batch, RelayPolicy, Summary
 from outbox_relay.store import LeaseStore, lease_token
 
 KEYS = ("a", "b", "c", None)
@@ -144,7 +145,7 @@ class OrderingMachine(RuleBasedStateMachine):
         claimed = self.store.claim(relay.owner, limit, self.policy.lease_seconds)
         if claimed:
             relay.batches.append(Batch(claimed, limit, store=self.store, owner=relay.owner, policy=self.policy,
-                                       summary=summary, recorder=_record_now, epoch=epoch))
+                                       summary=summary, recorder=RecordNow(), epoch=epoch))
 
     @precondition(lambda self: any(r.batches for r in self.relays))
     @rule(r=st.integers(0, 1), fates=st.lists(FATES, max_size=6))
@@ -254,7 +255,7 @@ class OrderingMachine(RuleBasedStateMachine):
                 waited = False
                 self.publisher.fates = []
                 Batch(claimed, 10, store=self.store, owner=healthy.owner, policy=self.policy,
-                      summary=Summary(channel="redis"), recorder=_record_now).deliver(self.publisher, FOREVER)
+                      summary=Summary(channel="redis"), recorder=RecordNow()).deliver(self.publisher, FOREVER)
             elif not claimed.scanned:
                 if waited:
                     return
