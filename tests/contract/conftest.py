@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.store import LeaseStore
-from support.channel_harnesses import HARNESSES, FakeHarness, RedisHarness, SesHarness
+from support.channel_harnesses import HARNESSES
 from support.network import tcp_redis  # noqa: F401 (fixture)
 from support.ses import aws_env, ses  # noqa: F401 (fixtures)
 
@@ -23,20 +23,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-# SES on moto costs most per test; the default run keeps Redis and the fake (moto's SES
-# is covered there by tests/integration/test_ses_*.py), `-m slow` runs SES too (decision 0043).
-@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.slow) if name == "ses" else name
-                        for name in HARNESSES])
-def harness(request, clean_env, app_engine, database_url) -> Iterator[Any]:
-    # Each harness takes only the fixtures its downstream needs (no moto for Redis, no Redis for SES).
-    if request.param == "redis":
-        yield RedisHarness(app_engine, database_url, request.getfixturevalue("redis_client"),
-                           request.getfixturevalue("redis_prefix"), request.getfixturevalue("tcp_redis"))
-    elif request.param == "ses":
-        request.getfixturevalue("ses")
-        yield SesHarness(app_engine, database_url)
-    else:
-        yield FakeHarness(app_engine)
+# A harness that says `slow` runs under `-m slow` only, so the default run stays quick (decision 0043).
+@pytest.fixture(params=[pytest.param(name, marks=[pytest.mark.slow] if h.slow else [])
+                        for name, h in HARNESSES.items()])
+def harness(request, clean_env) -> Any:
+    # Each harness asks for the fixtures its downstream needs only (no moto for Redis, no Redis for SES).
+    return HARNESSES[request.param].make(request)
 
 
 @pytest.fixture

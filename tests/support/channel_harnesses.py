@@ -57,6 +57,7 @@ class RedisHarness:
     channel = Channel.REDIS
     #: Republishing a message id adds nothing (the publish script's dedupe key).
     dedupes = True
+    slow = False
 
     def __init__(self, app_engine: Any, database_url: str, redis_client: Any, prefix: str, forwarder: Any) -> None:
         self.engine, self.database_url, self.client = app_engine, database_url, redis_client
@@ -64,6 +65,12 @@ class RedisHarness:
         self.streams: list[str] = []
         self.faulted: list[str] = []
         self.overrides: dict[str, Any] = {}
+
+    @classmethod
+    def make(cls, request: Any) -> RedisHarness:
+        fixture = request.getfixturevalue
+        return cls(fixture("app_engine"), fixture("database_url"), fixture("redis_client"), fixture("redis_prefix"),
+                   fixture("tcp_redis"))
 
     def _stream(self, target: str | None) -> str:
         stream = self.prefix + (target or "events")
@@ -128,6 +135,8 @@ class SesHarness:
     channel = Channel.SES
     #: SES does not deduplicate: the consumer dedupes on the outbox-message-id tag.
     dedupes = False
+    #: moto costs most per test; the default run covers SES in tests/integration/test_ses_*.py.
+    slow = True
 
     def __init__(self, app_engine: Any, database_url: str) -> None:
         self.engine, self.database_url = app_engine, database_url
@@ -135,6 +144,11 @@ class SesHarness:
         self.down = False
         self.accepted: list[str] = []
         self._lock = threading.Lock()
+
+    @classmethod
+    def make(cls, request: Any) -> SesHarness:
+        request.getfixturevalue("ses")  # moto's SES, the sender verified and the configuration set made
+        return cls(request.getfixturevalue("app_engine"), request.getfixturevalue("database_url"))
 
     @staticmethod
     def _address(target: str | None, i: int) -> str:
@@ -198,12 +212,17 @@ class FakeHarness:
     name = "fake"
     channel = FakePublisher.channel
     dedupes = False
+    slow = False
 
     def __init__(self, app_engine: Any) -> None:
         self.engine = app_engine
         self.faults: dict[str, ErrorClass] = {}
         self.got: list[str] = []
         self.built: list[FakePublisher] = []
+
+    @classmethod
+    def make(cls, request: Any) -> FakeHarness:
+        return cls(request.getfixturevalue("app_engine"))
 
     def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
                 max_attempts: int | None = None) -> list[str]:
@@ -237,5 +256,6 @@ class FakeHarness:
         return list(self.got)
 
 
-#: Every harness by name; a registered channel without one fails the suite.
-HARNESSES: tuple[str, ...] = ("redis", "ses", "fake")
+#: Every harness, by name; `make(request)` builds one from the test's fixtures.
+#: A registered channel without one fails the suite.
+HARNESSES = {h.name: h for h in (RedisHarness, SesHarness, FakeHarness)}
