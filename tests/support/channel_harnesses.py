@@ -11,6 +11,7 @@ makes that target fail (a stream, a recipient) and leaves every other message al
 from __future__ import annotations
 
 import enum
+import json
 import threading
 from typing import Any
 
@@ -189,8 +190,6 @@ class SesHarness:
 
     @staticmethod
     def _note_id(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-        import json
-
         tags = json.loads(params["body"]).get("EmailTags", [])
         context["outbox_id"] = next((t["Value"] for t in tags if t["Name"] == OUTBOX_TAG), None)
 
