@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import EndpointConnectionError
 
@@ -41,6 +41,40 @@ class Fault(str, enum.Enum):
     TRANSIENT = "transient"
     PERMANENT = "permanent"
     THROTTLED = "throttled"
+
+
+class ChannelHarness(Protocol):
+    """What a channel's harness gives the suite (a new channel writes one, decision 0043)."""
+
+    name: str
+    channel: Channel
+    #: Whether the downstream itself drops a second delivery of a message id.
+    dedupes: bool
+    #: Whether its runs are left to `-m slow` (the default run must stay quick).
+    slow: bool
+
+    @classmethod
+    def make(cls, request: Any) -> ChannelHarness:
+        """A harness on this test's fixtures (`request.getfixturevalue`)."""
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        """Write `n` messages through the producer API, aimed at `target` (a fault's) when given; their ids."""
+
+    def fault(self, kind: Fault) -> str:
+        """Make a target fail with `kind` from now on; the target to enqueue at."""
+
+    def heal(self) -> None:
+        """Every target works again."""
+
+    def cut(self) -> None:
+        """The whole downstream is unavailable from now on, to publishers built before as well."""
+
+    def publisher(self) -> Publisher:
+        """The channel's publisher, built as runtime builds it."""
+
+    def received(self) -> list[str]:
+        """The message ids the downstream holds, as it recorded them, in its order per destination."""
 
 
 #: The largest stream id there is: a stream holding it refuses every XADD ("exhausted"), an error
@@ -257,4 +291,4 @@ class FakeHarness:
 
 #: Every harness, by name; `make(request)` builds one from the test's fixtures.
 #: A registered channel without one fails the suite.
-HARNESSES = {h.name: h for h in (RedisHarness, SesHarness, FakeHarness)}
+HARNESSES: dict[str, type[ChannelHarness]] = {h.name: h for h in (RedisHarness, SesHarness, FakeHarness)}
