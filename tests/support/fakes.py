@@ -158,13 +158,32 @@ class FakePublisher:
         return batch_size if self.limit is None else min(batch_size, self.limit)
 
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
+        # The contract's deadline rule (publishers/base.py): nothing starts once it has passed.
+        if deadline.passed():
+            return
         self.delivered.append([m.seq for m in messages])
         if self.raise_after is not None:
-            first = [self.answer(m) for m in messages[: self.report_first]]
-            record([r for r in first if r is not None])
+            first = [self._answers(messages[: self.report_first])]
+            record([r for r in first[0] if r is not None])
             raise self.raise_after
-        results = [r for r in (self.answer(m) for m in messages) if r is not None]
+        results = [r for r in self._answers(messages) if r is not None]
         record(results)
+
+    def _answers(self, messages: Sequence[ClaimedMessage]) -> list[DeliveryResult | None]:
+        """The script's answers, except that a key stops at its first failure in the batch:
+        its later messages are not attempted, as the contract asks of every publisher."""
+        stopped: set[str] = set()
+        out: list[DeliveryResult | None] = []
+        for m in messages:
+            if m.key is not None and m.key in stopped:
+                out.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED,
+                                          error="fake: an earlier message of its key failed in this batch"))
+                continue
+            result = self.answer(m)
+            if m.key is not None and (result is None or result.error_class is not None):
+                stopped.add(m.key)
+            out.append(result)
+        return out
 
 
 class FakeClock:

@@ -1,0 +1,294 @@
+"""Channel harnesses for the contract suite (tests/contract, decision 0043): one per
+registered channel, plus one for the fake publisher of the unit tests.
+
+A harness enqueues through the producer API, builds the channel's publisher the way
+runtime does (its spec in `publishers/registry.py`, from `config.load_settings`),
+reads what the downstream received, and injects faults through the downstream's own
+means where it has them. A message is aimed at a fault by its `target`: the harness
+makes that target fail (a stream, a recipient) and leaves every other message alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import threading
+from typing import Any, Protocol
+
+from botocore.exceptions import EndpointConnectionError
+
+from outbox_relay.backoff import Backoff
+from outbox_relay.config import load_settings
+from outbox_relay.email.payload import OUTBOX_TAG
+from outbox_relay.models import Channel, DeliveryResult, ErrorClass
+from outbox_relay.producer import enqueue_email, enqueue_event
+from outbox_relay.publishers.base import Publisher
+from outbox_relay.publishers.registry import spec_for
+from outbox_relay.relay import RelayPolicy
+from outbox_tools.local_ses import answer_get_account, fail_send_email
+from support.fakes import FakePublisher
+from support.ses import CONFIGURATION_SET, DEFAULT_FROM, sent_messages
+
+#: Deferrals far apart, so the outcome class shows in when a message is due again:
+#: throttled 300 s (attempt refunded), transient backoff 900-2000 s.
+POLICY = RelayPolicy(batch_size=100, lease_seconds=30, backoff=Backoff(base=1000, cap=2000, floor=900),
+                     throttle_delay_seconds=300)
+
+
+class Fault(str, enum.Enum):
+    """The per-message faults every channel must classify."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    THROTTLED = "throttled"
+
+
+class ChannelHarness(Protocol):
+    """What a channel's harness gives the suite (a new channel writes one, decision 0043)."""
+
+    name: str
+    channel: Channel
+    #: Whether the downstream itself drops a second delivery of a message id.
+    dedupes: bool
+    #: Whether its runs are left to `-m slow` (the default run must stay quick).
+    slow: bool
+
+    @classmethod
+    def make(cls, request: Any) -> ChannelHarness:
+        """A harness on this test's fixtures (`request.getfixturevalue`)."""
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        """Write `n` messages through the producer API, aimed at `target` (a fault's) when given; their ids."""
+
+    def fault(self, kind: Fault) -> str:
+        """Make a target fail with `kind` from now on; the target to enqueue at."""
+
+    def heal(self) -> None:
+        """Every target works again."""
+
+    def cut(self) -> None:
+        """The whole downstream is unavailable from now on, to publishers built before as well."""
+
+    def publisher(self) -> Publisher:
+        """The channel's publisher, built as runtime builds it."""
+
+    def received(self) -> list[str]:
+        """The message ids the downstream holds, as it recorded them, in its order per destination."""
+
+
+#: The largest stream id there is: a stream holding it refuses every XADD ("exhausted"), an error
+#: that is neither the message's fault nor Redis being down.
+_LAST_ID = "18446744073709551615-18446744073709551615"
+#: OUTBOX_REDIS_MAXLEN while throttling is injected (acknowledged trimming holds a full stream).
+REDIS_BOUND = 5
+
+
+class RedisHarness:
+    """Redis Streams on the real Redis, under the test's key prefix, reached through a TCP
+    forwarder whose cut is the downstream becoming unavailable."""
+
+    name = "redis"
+    channel = Channel.REDIS
+    #: Republishing a message id adds nothing (the publish script's dedupe key).
+    dedupes = True
+    slow = False
+
+    def __init__(self, app_engine: Any, database_url: str, redis_client: Any, prefix: str, forwarder: Any) -> None:
+        self.engine, self.database_url, self.client = app_engine, database_url, redis_client
+        self.prefix, self.forwarder = prefix, forwarder
+        self.streams: list[str] = []
+        self.faulted: list[str] = []
+        self.overrides: dict[str, Any] = {}
+
+    @classmethod
+    def make(cls, request: Any) -> RedisHarness:
+        fixture = request.getfixturevalue
+        return cls(fixture("app_engine"), fixture("database_url"), fixture("redis_client"), fixture("redis_prefix"),
+                   fixture("tcp_redis"))
+
+    def _stream(self, target: str | None) -> str:
+        stream = self.prefix + (target or "events")
+        if stream not in self.streams:
+            self.streams.append(stream)
+        return stream
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        stream = self._stream(target)
+        with self.engine.begin() as conn:
+            return [str(enqueue_event(conn, stream=stream, type="contract.checked", payload={"n": i}, key=key,
+                                      max_attempts=max_attempts)) for i in range(n)]
+
+    def fault(self, kind: Fault) -> str:
+        stream = self._stream(kind.value)
+        self.faulted.append(stream)
+        if kind is Fault.PERMANENT:
+            self.client.set(stream, "not a stream")  # WRONGTYPE: the message's fault (decision 0006)
+        elif kind is Fault.TRANSIENT:
+            self.client.xadd(stream, {"filler": "1"}, id=_LAST_ID)
+        else:
+            # A stream at its bound whose group has read nothing: acknowledged trimming holds it.
+            self.client.xgroup_create(stream, "lagging", id="0", mkstream=True)
+            for _ in range(REDIS_BOUND):
+                self.client.xadd(stream, {"filler": "1"})
+            self.overrides.update(redis_trim="acknowledged", redis_maxlen=REDIS_BOUND)
+        return kind.value
+
+    def heal(self) -> None:
+        if self.faulted:
+            self.client.delete(*self.faulted)
+        self.faulted.clear()
+
+    def cut(self) -> None:
+        self.forwarder.cut()
+
+    def publisher(self) -> Publisher:
+        settings = load_settings(channel="redis", database_url=self.database_url,
+                                 redis_url=f"redis://127.0.0.1:{self.forwarder.port}/0", **self.overrides)
+        return spec_for(self.channel).build_publisher(settings)
+
+    def received(self) -> list[str]:
+        ids = []
+        for stream in self.streams:
+            if self.client.type(stream) == "stream":
+                ids += [fields["id"] for _, fields in self.client.xrange(stream) if "id" in fields]
+        return ids
+
+
+#: What SES answers for each fault (codes as docs/channels.md classifies them).
+_SES_FAULTS = {Fault.TRANSIENT: ("ServiceUnavailable", "Service unavailable", 503),
+               Fault.PERMANENT: ("MessageRejected", "Email address is not verified.", 400),
+               Fault.THROTTLED: ("TooManyRequestsException", "Too many requests", 429)}
+
+
+class SesHarness:
+    """Amazon SES on moto (in process, `support.ses`); moto never fails a send, so faults are
+    SES's own error codes for the target's recipient, answered by a botocore hook."""
+
+    name = "ses"
+    channel = Channel.SES
+    #: SES does not deduplicate: the consumer dedupes on the outbox-message-id tag.
+    dedupes = False
+    #: moto costs most per test; the default run covers SES in tests/integration/test_ses_*.py.
+    slow = True
+
+    def __init__(self, app_engine: Any, database_url: str) -> None:
+        self.engine, self.database_url = app_engine, database_url
+        self.faults: dict[str, tuple[str, str, int]] = {}
+        self.down = False
+        self.accepted: list[str] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def make(cls, request: Any) -> SesHarness:
+        request.getfixturevalue("ses")  # moto's SES, the sender verified and the configuration set made
+        return cls(request.getfixturevalue("app_engine"), request.getfixturevalue("database_url"))
+
+    @staticmethod
+    def _address(target: str | None, i: int) -> str:
+        return f"{target}@example.com" if target else f"user{i}@example.com"
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        with self.engine.begin() as conn:
+            return [str(enqueue_email(conn, to=[self._address(target, i)], subject=f"contract {i}", text=f"body {i}",
+                                      key=key, max_attempts=max_attempts)) for i in range(n)]
+
+    def fault(self, kind: Fault) -> str:
+        self.faults[self._address(kind.value, 0)] = _SES_FAULTS[kind]
+        return kind.value
+
+    def heal(self) -> None:
+        self.faults.clear()
+
+    def cut(self) -> None:
+        self.down = True
+
+    def publisher(self) -> Publisher:
+        settings = load_settings(channel="ses", database_url=self.database_url, ses_from=DEFAULT_FROM,
+                                 ses_configuration_set=CONFIGURATION_SET, ses_max_send_rate=200.0)
+        publisher = spec_for(self.channel).build_publisher(settings)
+        client = publisher.client  # type: ignore[attr-defined]
+        # Registered first, so they run before the fault hook answers in the request's place.
+        client.meta.events.register("before-call.sesv2.GetAccount", self._network)
+        client.meta.events.register("before-call.sesv2.SendEmail", self._note_id)
+        client.meta.events.register("after-call.sesv2.SendEmail", self._accepted)
+        answer_get_account(client, max_send_rate=200.0)
+        fail_send_email(client, lambda r: self.faults.get(r["Destination"]["ToAddresses"][0]))
+        return publisher
+
+    def _network(self, **_: Any) -> None:
+        if self.down:
+            raise EndpointConnectionError(endpoint_url="https://email.us-east-1.amazonaws.com")
+
+    @staticmethod
+    def _note_id(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        tags = json.loads(params["body"]).get("EmailTags", [])
+        context["outbox_id"] = next((t["Value"] for t in tags if t["Name"] == OUTBOX_TAG), None)
+
+    def _accepted(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        if parsed.get("MessageId"):
+            with self._lock:
+                self.accepted.append(context.get("outbox_id"))
+
+    def received(self) -> list[str]:
+        # What SES accepted, in acceptance order, with the tag it carried; moto recorded as many.
+        assert len(sent_messages()) == len(self.accepted)
+        return list(self.accepted)
+
+
+class FakeHarness:
+    """The unit tests' `FakePublisher` over the real store: what its script answers is the
+    downstream. It must pass the same suite, or unit tests built on it prove nothing."""
+
+    name = "fake"
+    channel = FakePublisher.channel
+    dedupes = False
+    slow = False
+
+    def __init__(self, app_engine: Any) -> None:
+        self.engine = app_engine
+        self.faults: dict[str, ErrorClass] = {}
+        self.got: list[str] = []
+        self.built: list[FakePublisher] = []
+
+    @classmethod
+    def make(cls, request: Any) -> FakeHarness:
+        return cls(request.getfixturevalue("app_engine"))
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        with self.engine.begin() as conn:
+            return [str(enqueue_event(conn, stream=target or "events", type="contract.checked", payload={"n": i},
+                                      key=key, max_attempts=max_attempts)) for i in range(n)]
+
+    def fault(self, kind: Fault) -> str:
+        self.faults[kind.value] = ErrorClass(kind.value)
+        return kind.value
+
+    def heal(self) -> None:
+        self.faults.clear()
+
+    def cut(self) -> None:
+        for p in self.built:
+            p.gate_reason = "fake downstream unavailable"
+
+    def publisher(self) -> Publisher:
+        self.built.append(FakePublisher(self._answer))
+        return self.built[-1]
+
+    def _answer(self, m: Any) -> DeliveryResult:
+        error_class = self.faults.get(m.destination)
+        if error_class is not None:
+            return DeliveryResult(m.seq, error_class=error_class, error=f"fake: {error_class.value}")
+        self.got.append(m.message_id)
+        return DeliveryResult.delivered(m.seq, f"fake-{m.seq}")
+
+    def received(self) -> list[str]:
+        return list(self.got)
+
+
+#: Every harness, by name; `make(request)` builds one from the test's fixtures.
+#: A registered channel without one fails the suite.
+HARNESSES: dict[str, type[ChannelHarness]] = {h.name: h for h in (RedisHarness, SesHarness, FakeHarness)}
