@@ -96,6 +96,11 @@ ENV: dict[str, list[Bad]] = {
             command=("stats",)),
         Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
             command=("migrate",)),
+        # outbox local reaches the database before Docker and the build, not from the container
+        Bad("postgresql+pg8000://postgres@/shop?unix_sock={no_socket}", "cannot reach PostgreSQL",
+            command=("local", "invoke", "RelayRedisFunction")),
+        Bad("postgresql+pg8000://postgres@127.0.0.1:1/shop", "cannot reach PostgreSQL",
+            command=("local", "invoke", "RelayRedisFunction")),
         # The server's refusal over a Unix socket, not the broken pipe of pg8000's goodbye after it
         Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist'),
         Bad("postgresql+pg8000://postgres@/shop?unix_sock={refusing}", 'database "shop" does not exist',
@@ -111,7 +116,8 @@ ENV: dict[str, list[Bad]] = {
     "DATABASE_CA_BUNDLE": [Bad("/nonexistent/ca.pem", "cannot load CA bundle", env={"DATABASE_TLS": "verify-full"})],
     "DATABASE_POOL_SIZE": [Bad("0", "greater than or equal to 1"), Bad("x", "valid integer")],
     "REDIS_URL": [Bad("http://nope", "redis://"), Bad("redis://127.0.0.1:6379/notadb", "database"),
-                  Bad("redis://127.0.0.1:abc/0", "port"), Bad("redis://127.0.0.1:6379/0?foo=bar", "'foo'")],
+                  Bad("redis://127.0.0.1:abc/0", "port"), Bad("redis://127.0.0.1:6379/0?foo=bar", "'foo'"),
+                  Bad("redis://127.0.0.1:1/0", "cannot reach Redis", command=("local", "invoke", "RelayRedisFunction"))],
     "REDIS_URL_SECRET_ARN": [Bad("arn:aws:secretsmanager:us-east-1:123456789012:secret:none",
                                  "cannot read the secret", env={"REDIS_URL": None}, secrets=True)],
     "OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS": [Bad("0", "greater than 0"), Bad("nan", "finite")],
@@ -388,7 +394,9 @@ class Place:
                 "SELECT seq, status, attempts, lease_owner, available_at FROM outbox_message ORDER BY seq"))]
         engine.dispose()
         client = redis_lib.Redis.from_url(self.redis_url)
-        keys = sorted(client.scan_iter(match=f"{self.prefix}*")) + sorted(client.scan_iter(match=f"{{{self.prefix}*"))
+        # A large COUNT: SCAN walks the whole keyspace, whatever else a developer's Redis holds.
+        keys = sorted(client.scan_iter(match=f"{self.prefix}*", count=10_000)) \
+            + sorted(client.scan_iter(match=f"{{{self.prefix}*", count=10_000))
         client.close()
         return rows, keys
 

@@ -180,3 +180,23 @@ def test_a_bad_server_url_is_named_before_docker_is_touched(variable, value, say
     result = _runner().invoke(main, ["local", "invoke", "RelayRedisFunction"])
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and says in lines[0], (result.stderr, result.exception)
+
+
+def test_a_sam_cli_that_ignores_ctrl_c_is_stopped_without_waiting_a_minute():
+    # Given a process that ignores SIGINT, as `sam local invoke` may once its container is gone
+    import subprocess
+    import sys
+    import time
+
+    from outbox_tools.sam_local.sam import _stop
+
+    process = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, "
+                                "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    began = time.monotonic()
+    # When it is stopped: SIGINT, then SIGTERM after the wait
+    _stop(process, seconds=0.5)
+    # Then it is gone within about one wait, not the old minute
+    assert process.poll() is not None and time.monotonic() - began < 5
+    process.stdout.close()

@@ -103,6 +103,29 @@ def local_group() -> None:
     What it starts, it stops at the end."""
 
 
+def _reach_database() -> None:
+    from sqlalchemy import text
+
+    engine = common.engine()
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
+
+
+def _reach_redis(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise ConfigurationError("REDIS_URL", f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
 def _session(image: str, python312: str | None, keep: bool) -> Iterator[Session]:
     """A session whose missing prerequisites and failed steps end the command
@@ -111,11 +134,15 @@ def _session(image: str, python312: str | None, keep: bool) -> Iterator[Session]
     # Bad settings are named now, before Docker and the build (exit status 1, as every command).
     if os.environ.get("DATABASE_URL"):
         common.database_url()
+        # Reached now, not from the container half a minute later: the group turns a
+        # failure into one line naming DATABASE_URL.
+        _reach_database()
     if os.environ.get("REDIS_URL"):
         try:
             check_redis_url(os.environ["REDIS_URL"])
         except ValueError as exc:
             raise ConfigurationError("REDIS_URL", str(exc)) from None
+        _reach_redis(os.environ["REDIS_URL"])
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -52,15 +52,19 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _stop(process: subprocess.Popen, seconds: float = 60) -> None:
-    """SIGINT first, as Ctrl-C would (the SAM CLI then removes its containers), then SIGKILL."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
+def _stop(process: subprocess.Popen, seconds: float = 10) -> None:
+    """SIGINT first, as Ctrl-C would (the SAM CLI then removes its containers), then
+    SIGTERM, then SIGKILL: `sam local invoke` may not exit on SIGINT once its
+    container is gone, and the user who pressed Ctrl-C should not wait a minute."""
+    for stop in (lambda: process.send_signal(signal.SIGINT), process.terminate, process.kill):
+        if process.poll() is not None:
+            return
+        stop()
+        try:
+            process.wait(timeout=seconds)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def invoke(function: str, event: dict[str, Any], env_vars: dict[str, Any], *, root: Path, build_dir: Path,
