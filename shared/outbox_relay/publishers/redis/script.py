@@ -64,8 +64,11 @@ local function acknowledged_count(upto, count)
 end
 local keep = nil
 local trim_after = false
+-- pcall: a key that is not a stream fails its XADDs below, each as the message's fault;
+-- an XLEN raised here would fail the whole call, and Redis 6 words that error as ERR.
+local len = (trimming ~= 'maxlen' and bound > 0) and pcall('XLEN', stream) or 0
+if type(len) == 'table' then bound = 0 end
 if trimming ~= 'maxlen' and bound > 0 then
-  local len = redis.call('XLEN', stream)
   local over = len + n - bound
   if over > 0 then
     keep = acknowledged_end()
