@@ -17,7 +17,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import redis as redis_lib
 from sqlalchemy import Engine, create_engine, text
@@ -94,16 +94,18 @@ class BenchEnv:
             conn.execute(text("VACUUM ANALYZE outbox_message"))
 
     def enqueue(self, n: int, *, streams: tuple[str, ...] = payloads.STREAMS[:1], seed: int = 6,
-                chunk: int = 5000, keys: int | None = None) -> float:
+                chunk: int = 5000, keys: int | None = None,
+                edit: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None) -> float:
         """Enqueue `n` ~1 KB events through the producer API (`enqueue_events_bulk`),
-        in transactions of `chunk` messages, keyless or over `keys` ordering keys.
+        in transactions of `chunk` messages, keyless or over `keys` ordering keys;
+        `edit(i, event)`, when given, returns the i-th event to write instead.
         Returns the seconds it took."""
         started = time.perf_counter()
         engine = create_engine(self.database_url, poolclass=NullPool)
         try:
             batch: list[dict[str, Any]] = []
-            for event in payloads.events(n, seed=seed, streams=streams, prefix=self.prefix, keys=keys):
-                batch.append(event)
+            for i, event in enumerate(payloads.events(n, seed=seed, streams=streams, prefix=self.prefix, keys=keys)):
+                batch.append(edit(i, event) if edit is not None else event)
                 if len(batch) >= chunk:
                     with engine.begin() as conn:
                         enqueue_events_bulk(conn, batch)

@@ -33,15 +33,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import text
 
 from outbox_relay.config import Settings
 from outbox_relay.models import Channel
-from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.store import LeaseStore, lease_token
 
-from . import payloads
 from .drain import DRAIN_ENV, checkpoint
 from .env import BenchEnv
 
@@ -184,22 +181,10 @@ class Fleet:
 def enqueue(env: BenchEnv, n: int, streams: tuple[str, ...], poison_at: int | None = None) -> None:
     """`n` events as `BenchEnv.enqueue` writes them (same seed, same payloads); with
     `poison_at`, that message's payload also carries the poison marker."""
-    engine = create_engine(env.database_url, poolclass=NullPool)
-    try:
-        batch: list[dict[str, Any]] = []
-        for i, event in enumerate(payloads.events(n, streams=streams, prefix=env.prefix)):
-            if i == poison_at:
-                event = dict(event, payload=dict(event["payload"], **{POISON_FIELD: True}))
-            batch.append(event)
-            if len(batch) >= 5000:
-                with engine.begin() as conn:
-                    enqueue_events_bulk(conn, batch)
-                batch = []
-        if batch:
-            with engine.begin() as conn:
-                enqueue_events_bulk(conn, batch)
-    finally:
-        engine.dispose()
+    def poison(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        return dict(event, payload=dict(event["payload"], **{POISON_FIELD: True})) if i == poison_at else event
+
+    env.enqueue(n, streams=streams, edit=poison)
 
 
 def crash_fleet(env: BenchEnv, batch_size: int) -> int:
