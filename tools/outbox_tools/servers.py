@@ -86,7 +86,7 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
-def _wait_gone(pid: int | None, seconds: float = 10.0) -> None:
+def wait_gone(pid: int | None, seconds: float = 10.0) -> None:
     """Wait for process `pid` to exit; kill it when it has not after `seconds`."""
     if not pid:
         return
@@ -125,7 +125,7 @@ def _embedded_postgres(cleanup: list) -> str:
         try:
             server.cleanup()  # pg_ctl stop -w
         finally:
-            _wait_gone(pid)
+            wait_gone(pid)
 
     cleanup.append(stop)
     return f"postgresql+pg8000://postgres@/postgres?unix_sock={workdir}/.s.PGSQL.5432"
@@ -151,7 +151,7 @@ def _embedded_redis(cleanup: list) -> str:
         pid = server.pid
         with contextlib.suppress(Exception):
             server.shutdown(nosave=True, now=True, force=True)
-        _wait_gone(pid)
+        wait_gone(pid)
         if server.redis_dir:
             shutil.rmtree(server.redis_dir, ignore_errors=True)
 

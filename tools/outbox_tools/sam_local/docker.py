@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..servers import wait_gone
 from .errors import Unavailable
 
 #: What to install when Docker is missing (Debian and Ubuntu; .ci/run installs the same).
@@ -191,15 +192,7 @@ def _children(pid: int, name: str) -> list[int]:
 def _stop_pid(pid: int, seconds: float = 15.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    give_up = time.monotonic() + seconds
-    while time.monotonic() < give_up:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    wait_gone(pid, seconds)
 
 
 def _bridge_address() -> str:
