@@ -14,6 +14,9 @@ class Channel(str, enum.Enum):
 
     REDIS = "redis"  # a domain event, XADD to a Redis Stream named by `destination`
     SES = "ses"  # a transactional email, SendEmail through Amazon SES v2
+    SQS = "sqs"  # a message, SendMessageBatch to the relay's Amazon SQS queue
+    SNS = "sns"  # a message, PublishBatch to the relay's Amazon SNS topic
+    EVENTBRIDGE = "eventbridge"  # an event, PutEvents to an Amazon EventBridge bus
 
 
 class Mode(str, enum.Enum):

@@ -1,5 +1,5 @@
-"""`outbox enqueue-event` and `outbox enqueue-email`: write one message, in its
-own transaction, through the producer API, and print its message id."""
+"""`outbox enqueue-event`, `enqueue-email`, `enqueue-sqs`, `enqueue-sns` and
+`enqueue-eventbridge`: write one message, in its own transaction, through the producer API, and print its message id."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 
 from outbox_relay.email.mime import MAX_MESSAGE_BYTES
 from outbox_relay.errors import InvalidMessageError
-from outbox_relay.producer import enqueue_email, enqueue_event
+from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
 
 from . import common
 
@@ -45,6 +45,86 @@ def enqueue_event_cmd(stream: str, type_: str, payload: str, key: str | None, me
     finally:
         engine.dispose()
     click.echo(str(mid))
+
+
+def _json_option(text: str, option: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint=option) from None
+    except RecursionError:
+        raise click.BadParameter("JSON nested too deeply to read", param_hint=option) from None
+
+
+def _headers(values: tuple[str, ...]) -> dict[str, str] | None:
+    """`--header name=value`, repeated."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--header")
+        out[name] = value
+    return out or None
+
+
+def _enqueue_aws(enqueue, fields: dict) -> None:
+    """Write one SQS, SNS or EventBridge message through `enqueue` and print its id."""
+    fields["deliver_at"] = _deliver_at(fields["deliver_at"])
+    fields["payload"] = _json_option(_text_or_file(fields["payload"], "--payload") or "", "--payload")
+    engine = common.engine()
+    try:
+        with engine.begin() as conn:
+            mid = enqueue(conn, **fields)
+    except InvalidMessageError as exc:
+        raise click.UsageError(f"invalid message: {exc}") from None
+    finally:
+        engine.dispose()
+    click.echo(str(mid))
+
+
+def _aws_options(f):
+    for option in reversed((
+            click.option("--type", "type_", required=True, help="Message type, e.g. order.placed."),
+            click.option("--payload", required=True, help="JSON text, or @file.json to read a file."),
+            click.option("--key", default=None, help="Ordering key (the MessageGroupId on FIFO)."),
+            click.option("--message-id", default=None, help="Idempotency key (UUID)."),
+            click.option("--deliver-at", default=None, help="ISO 8601 time with offset."),
+            click.option("--max-attempts", type=int, default=None))):
+        f = option(f)
+    return f
+
+
+@click.command("enqueue-sqs")
+@_aws_options
+@click.option("--header", "headers", multiple=True, help="A message attribute, name=value (repeatable, at most 7).")
+def enqueue_sqs_cmd(type_: str, payload: str, key: str | None, message_id: str | None, deliver_at: str | None,
+                    max_attempts: int | None, headers: tuple[str, ...]) -> None:
+    """Enqueue one message for the SQS relay's queue and print its message id."""
+    _enqueue_aws(enqueue_sqs, {"type": type_, "payload": payload, "key": key, "message_id": message_id,
+                               "deliver_at": deliver_at, "max_attempts": max_attempts, "headers": _headers(headers)})
+
+
+@click.command("enqueue-sns")
+@_aws_options
+@click.option("--header", "headers", multiple=True, help="A message attribute, name=value (repeatable, at most 7).")
+def enqueue_sns_cmd(type_: str, payload: str, key: str | None, message_id: str | None, deliver_at: str | None,
+                    max_attempts: int | None, headers: tuple[str, ...]) -> None:
+    """Enqueue one message for the SNS relay's topic and print its message id."""
+    _enqueue_aws(enqueue_sns, {"type": type_, "payload": payload, "key": key, "message_id": message_id,
+                               "deliver_at": deliver_at, "max_attempts": max_attempts, "headers": _headers(headers)})
+
+
+@click.command("enqueue-eventbridge")
+@_aws_options
+@click.option("--source", default=None, help="The event's source; else OUTBOX_EVENTBRIDGE_SOURCE.")
+@click.option("--bus", default=None, help="The event bus (name or ARN); else OUTBOX_EVENTBRIDGE_BUS.")
+def enqueue_eventbridge_cmd(type_: str, payload: str, key: str | None, message_id: str | None,
+                            deliver_at: str | None, max_attempts: int | None, source: str | None,
+                            bus: str | None) -> None:
+    """Enqueue one EventBridge event (the payload, a JSON object, is its detail) and print its message id."""
+    _enqueue_aws(enqueue_eventbridge, {"type": type_, "payload": payload, "key": key, "message_id": message_id,
+                                       "deliver_at": deliver_at, "max_attempts": max_attempts, "source": source,
+                                       "bus": bus})
 
 
 def _deliver_at(value: str | None) -> datetime | None:
@@ -138,4 +218,6 @@ def enqueue_email_cmd(to: tuple[str, ...], cc: tuple[str, ...], bcc: tuple[str, 
 
 
 #: Each channel's enqueue command, by the name its spec (`ChannelSpec.enqueue_command`) gives.
-ENQUEUE_COMMANDS: dict[str, click.Command] = {c.name: c for c in (enqueue_event_cmd, enqueue_email_cmd) if c.name}
+ENQUEUE_COMMANDS: dict[str, click.Command] = {
+    c.name: c for c in (enqueue_event_cmd, enqueue_email_cmd, enqueue_sqs_cmd, enqueue_sns_cmd,
+                        enqueue_eventbridge_cmd) if c.name}

@@ -1,91 +1,38 @@
-"""The SES v2 client: one per container, shared by the sending threads
-(boto3 clients are thread-safe, sessions are not), with timeouts that fit
-inside the deadline margin and the SDK's own retries off.
-
-A send the SDK retried after a timeout could arrive twice, and a throttle
-retried inside the SDK would hide the signal the pacing needs: the relay's
-backoff does the retrying.
-"""
+"""The SES v2 client: an `aws_client` client (one per container, timeouts inside
+the deadline margin, SDK retries off), and what this botocore's SES model knows."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigurationError
+from ..aws_client import (
+    CONNECT_TIMEOUT_SECONDS,
+    MAX_READ_TIMEOUT_SECONDS,
+    MIN_DEADLINE_MARGIN_SECONDS,
+    MIN_READ_TIMEOUT_SECONDS,
+    RECORD_RESERVE_SECONDS,
+    call_timeouts,
+    create_client,
+)
 
-#: The SES client's TCP connect timeout, seconds (see `ses_timeouts`).
-CONNECT_TIMEOUT_SECONDS = 2.0
-#: Time kept after the longest possible send to record its outcome, seconds.
-RECORD_RESERVE_SECONDS = 1.0
-#: Shortest read timeout worth having, and the longest one used, seconds.
-MIN_READ_TIMEOUT_SECONDS = 1.0
-MAX_READ_TIMEOUT_SECONDS = 15.0
-#: Smallest OUTBOX_DEADLINE_MARGIN_SECONDS for the SES relay, seconds: connect + shortest read
-#: + the record reserve. Below it a send started just before the margin could outlive the deadline.
-MIN_DEADLINE_MARGIN_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_TIMEOUT_SECONDS + RECORD_RESERVE_SECONDS
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "MAX_READ_TIMEOUT_SECONDS", "MIN_DEADLINE_MARGIN_SECONDS",
+           "MIN_READ_TIMEOUT_SECONDS", "RECORD_RESERVE_SECONDS", "create_ses_client", "ses_timeouts",
+           "supports_simple_headers"]
 
 
 def ses_timeouts(deadline_margin_seconds: float) -> tuple[float, float]:
-    """The SES client's (connect, read) timeouts, seconds, for a deadline margin
-    (OUTBOX_DEADLINE_MARGIN_SECONDS, seconds): connect `CONNECT_TIMEOUT_SECONDS`
-    (2 s), read ``margin - connect - RECORD_RESERVE_SECONDS`` (margin − 3 s),
-    at least 1 s and at most 15 s. With the default 5 s margin: 2 s and 2 s.
-
-    The invariant this serves: no send starts once the time left is below the
-    margin (`SendRateLimiter.acquire` and the check before ``SendEmail``), the SDK
-    does not retry (``total_max_attempts`` 1), and one attempt can last at most
-    connect + read ≤ margin − 1 s; so a send started before the margin always
-    completes or times out before the deadline, leaving at least
-    `RECORD_RESERVE_SECONDS` to record it (a timeout is TRANSIENT: attempt counted,
-    retried with backoff). botocore's read timeout bounds each wait for the socket
-    (urllib3), not the whole response; a ``SendEmail`` response is one small body.
-    Uploading a very large raw message over a slow link is bounded per write the
-    same way, not in total.
-
-    Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is
-    below `MIN_DEADLINE_MARGIN_SECONDS` (4 s): no sane timeouts fit.
-    """
-    if deadline_margin_seconds < MIN_DEADLINE_MARGIN_SECONDS:
-        raise ConfigurationError(
-            "OUTBOX_DEADLINE_MARGIN_SECONDS",
-            f"is {deadline_margin_seconds:g}s; the SES relay needs at least {MIN_DEADLINE_MARGIN_SECONDS:g}s "
-            f"({CONNECT_TIMEOUT_SECONDS:g}s connect + {MIN_READ_TIMEOUT_SECONDS:g}s read timeout + "
-            f"{RECORD_RESERVE_SECONDS:g}s to record), so a send started before the margin ends before the deadline")
-    read = deadline_margin_seconds - CONNECT_TIMEOUT_SECONDS - RECORD_RESERVE_SECONDS
-    return CONNECT_TIMEOUT_SECONDS, min(MAX_READ_TIMEOUT_SECONDS, max(MIN_READ_TIMEOUT_SECONDS, read))
+    """The SES client's (connect, read) timeouts for a deadline margin (`aws_client.call_timeouts`)."""
+    return call_timeouts(deadline_margin_seconds, "SES")
 
 
 def create_ses_client(*, max_concurrency: int = 8, deadline_margin_seconds: float = 5.0,
                       connect_timeout_seconds: float | None = None,
                       read_timeout_seconds: float | None = None, region_name: str | None = None) -> Any:
-    """A boto3 ``sesv2`` client for the whole container: connection pool as large
-    as the send concurrency, SDK retries off (see the module docstring), connect
-    and read timeouts (seconds) from `ses_timeouts(deadline_margin_seconds)`
-    unless given, so every send ends inside the deadline margin.
-
-    The endpoint follows the SDK's configuration: ``AWS_ENDPOINT_URL_SESV2`` (or
-    ``AWS_ENDPOINT_URL``) points it at a local moto server ("AWS SDKs and Tools
-    Reference Guide", service-specific endpoints). `region_name` (AWS_REGION or
-    AWS_DEFAULT_REGION, as Lambda sets both) else the SDK's own configuration.
-    Raises `ConfigurationError` when no region is configured.
-    """
-    import boto3
-    from botocore.config import Config
-
-    connect, read = ses_timeouts(deadline_margin_seconds)
-    connect_timeout_seconds = connect if connect_timeout_seconds is None else connect_timeout_seconds
-    read_timeout_seconds = read if read_timeout_seconds is None else read_timeout_seconds
-    config = Config(retries={"mode": "standard", "total_max_attempts": 1},
-                    max_pool_connections=max(10, max_concurrency),
-                    connect_timeout=connect_timeout_seconds, read_timeout=read_timeout_seconds,
-                    user_agent_extra="outbox-relay")
-    session = boto3.session.Session(region_name=region_name)
-    # None (no region) or '' (an empty AWS_DEFAULT_REGION, which the SDK takes as a region
-    # and fails on only when the first request is signed).
-    if not session.region_name:
-        raise ConfigurationError("AWS_DEFAULT_REGION", "no AWS region is configured for the SES client "
-                                 "(Lambda sets it; set AWS_REGION or AWS_DEFAULT_REGION for local runs)")
-    return session.client("sesv2", config=config)
+    """A boto3 ``sesv2`` client for the whole container (`aws_client.create_client`)."""
+    return create_client("sesv2", "SES", max_concurrency=max_concurrency,
+                         deadline_margin_seconds=deadline_margin_seconds,
+                         connect_timeout_seconds=connect_timeout_seconds,
+                         read_timeout_seconds=read_timeout_seconds, region_name=region_name)
 
 
 def supports_simple_headers(client: Any) -> bool:

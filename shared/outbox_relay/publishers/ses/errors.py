@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 from ...models import ErrorClass
 from ...observability import logger as log
+from ..aws_client import CREDENTIAL_CODES
 
 _THROTTLE_CODES = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
                              "ThrottlingException"})
-_CREDENTIAL_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnrecognizedClientException",
-                               "InvalidClientTokenId", "SignatureDoesNotMatch", "InvalidSignatureException",
-                               "ExpiredToken", "ExpiredTokenException", "MissingAuthenticationTokenException",
-                               "IncompleteSignature"})
+_CREDENTIAL_CODES = CREDENTIAL_CODES
 _MESSAGE_CODES = frozenset({"MessageRejected", "MailFromDomainNotVerifiedException", "NotFoundException",
                             "BadRequestException", "InvalidParameterValue", "ValidationException"})
 

@@ -1,0 +1,446 @@
+"""What the AWS batch channels (SQS ``SendMessageBatch``, SNS ``PublishBatch``,
+EventBridge ``PutEvents``) share: a cheap gate, batch calls of at most 10 entries
+and 256 KiB, run a few at a time, and each entry's outcome classified by its own
+error code (docs/channels.md, "SQS, SNS and EventBridge").
+
+Per-key order inside a batch: a call carries at most one message of each ordering
+key, and a key's next message goes in a later round only once the one before it
+was delivered; after a failure the key's later messages are reported not
+attempted. Calls of one round carry distinct keys, so they may run at once.
+
+A channel's publisher derives from `AwsBatchPublisher` and supplies the request
+of one entry (`entry`), the call (`call`), the gate's probe (`probe`) and its
+error codes (`ErrorCodes`).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from ..errors import DownstreamUnavailable, StopBatch
+from ..models import ClaimedMessage, DeliveryResult, ErrorClass
+from ..observability import logger as log
+from .aws_client import CREDENTIAL_CODES
+from .base import BasePublisher, Deadline, RecordResults
+
+# A MessageGroupId is 1-128 of these ("SendMessageBatchRequestEntry").
+_GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
+
+#: Within one invocation the gate's probe runs again after this many seconds, not before every claim.
+GATE_INTERVAL_SECONDS = 10.0
+
+
+class Verdict(enum.Enum):
+    """What one entry's (or one call's) error means."""
+
+    MESSAGE = "message"  # this message's outcome: recorded with its class
+    STOP = "stop"  # our queue, topic, bus, credentials or key refused: StopBatch, the rest refunded
+
+
+@dataclass(frozen=True)
+class ErrorCodes:
+    """A service's error codes, by what they mean for the relay. Anything not named
+    here is the message's fault when the service says the sender was at fault
+    (``SenderFault``) and transient otherwise."""
+
+    throttled: frozenset[str]
+    #: Our destination, key or credentials refused: every message would fail the same way.
+    configuration: frozenset[str]
+    #: The message's fault, whatever ``SenderFault`` says (EventBridge gives none).
+    permanent: frozenset[str] = frozenset()
+    #: Service-side failures worth a retry, whatever ``SenderFault`` says.
+    transient: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    error_class: ErrorClass
+    verdict: Verdict = Verdict.MESSAGE
+
+
+def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, own_destination: bool = True,
+                  status: int | None = None) -> Classification:
+    """Classify one error code (an entry's or a whole call's).
+
+    Throttling → throttled (attempt refunded). A refusal of our destination or
+    credentials → StopBatch when the destination is the relay's own (every message
+    would fail alike), permanent when the message chose it. Named service-side
+    failures and 5xx → transient. Otherwise the sender's fault → permanent, and
+    anything unknown → transient (retried with backoff, then dead-lettered).
+    """
+    if code in codes.throttled:
+        return Classification(ErrorClass.THROTTLED)
+    if code in codes.configuration or code in CREDENTIAL_CODES:
+        if own_destination:
+            return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
+        return Classification(ErrorClass.PERMANENT)
+    if code in codes.transient or (status is not None and status >= 500):
+        return Classification(ErrorClass.TRANSIENT)
+    if code in codes.permanent or sender_fault:
+        return Classification(ErrorClass.PERMANENT)
+    return Classification(ErrorClass.TRANSIENT)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One claimed message, as one request entry."""
+
+    message: ClaimedMessage
+    request: dict[str, Any]
+    size: int
+    #: The destination this entry's call goes to (a bus); entries of one call share it.
+    destination: str = ""
+    own_destination: bool = True
+
+
+@dataclass(slots=True)
+class CallResult:
+    results: list[DeliveryResult] = field(default_factory=list)
+    #: Seqs whose entry was delivered.
+    delivered: set[int] = field(default_factory=set)
+    stop: str | None = None
+    unavailable: str | None = None
+
+
+class AwsBatchPublisher(BasePublisher):
+    """The batch calls, the per-key rounds and the classification the AWS batch
+    channels share; see the module docstring."""
+
+    pipelined: ClassVar[bool] = True
+    #: The service's name in reasons and errors ("sqs"), and its limits per call.
+    service: ClassVar[str]
+    entries_per_call: ClassVar[int] = 10
+    bytes_per_call: ClassVar[int] = 256 * 1024
+    codes: ClassVar[ErrorCodes]
+
+    def __init__(self, client: Any, *, max_concurrency: int = 4,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.max_concurrency = max(1, int(max_concurrency))
+        self._clock = clock
+        self._pool: ThreadPoolExecutor | None = None
+        self._gated_at: float | None = None
+        self._gate_reason: str | None = None
+
+    # -- what a channel supplies ---------------------------------------------------------------
+    def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
+        """The request entry of `m` (its ``Id`` is `entry_id`), or the result of a message
+        that cannot be sent (a permanent failure)."""
+        raise NotImplementedError
+
+    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
+        """Make one batch call; per entry id: (delivery ref, error code, sender fault).
+        Raises botocore's exceptions for the call as a whole."""
+        raise NotImplementedError
+
+    def probe(self) -> None:
+        """The gate's cheap call; raises botocore's exceptions when it fails."""
+        raise NotImplementedError
+
+    # -- gate and claim size -------------------------------------------------------------------
+    def begin(self, deadline: Deadline) -> None:
+        """A new invocation: probe again at the next gate."""
+        self._gated_at = None
+
+    def gate(self) -> str | None:
+        """Run `probe` (at most every `GATE_INTERVAL_SECONDS` within an invocation): a
+        reason when the service cannot be reached or refuses the relay's destination or
+        credentials (nothing is claimed then), else None."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        now = self._clock()
+        if self._gated_at is not None and now - self._gated_at < GATE_INTERVAL_SECONDS:
+            return self._gate_reason
+        self._gated_at = now
+        try:
+            self.probe()
+            self._gate_reason = None
+        except ClientError as exc:
+            code = (exc.response.get("Error") or {}).get("Code", "Unknown")
+            self._gate_reason = f"{self.service} refused the gate's call ({code})"
+        except BotoCoreError as exc:
+            self._gate_reason = f"{self.service} unavailable ({type(exc).__name__})"
+        return self._gate_reason
+
+    def claim_limit(self, batch_size: int, seconds_available: float) -> int:
+        """The batch size while time is left; the calls run a few at a time, unpaced."""
+        return batch_size if seconds_available > 0 else 0
+
+    # -- delivery --------------------------------------------------------------------------------
+    def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
+        """Deliver `messages` in rounds of batch calls, recording each call's results
+        as it completes.
+
+        Raises `StopBatch` (our destination, key or credentials refused) or
+        `DownstreamUnavailable` (the service could not be reached) after recording
+        what completed; the relay releases the rest with attempts refunded. Messages
+        not started before the deadline are not reported (the relay releases them).
+
+        Deadline rule: no call starts once `deadline.passed()`, and each call ends within
+        the client's connect + read timeouts, inside the margin (`aws_client.call_timeouts`).
+        """
+        if not messages:
+            return
+        pending: list[Entry] = []
+        refused: list[DeliveryResult] = []
+        for m in messages:
+            e = self.entry(m, str(m.seq))
+            if isinstance(e, DeliveryResult):
+                refused.append(e)
+            else:
+                pending.append(e)
+        stopped: set[tuple[str, str]] = set()  # keys with a message not delivered
+        for r in refused:
+            m = next(x for x in messages if x.seq == r.seq)
+            if m.key is not None:
+                stopped.add((m.destination, m.key))
+        if refused:
+            record(refused)
+        halt: str | None = None
+        unavailable: str | None = None
+        while pending and halt is None and unavailable is None:
+            this_round, later, skipped = self._round(pending, stopped)
+            if skipped:
+                record(skipped)
+            pending = later
+            if not this_round:
+                break
+            outcome = self._run_round(this_round, deadline, record, stopped)
+            if outcome is None:  # the deadline came: the rest is not reported
+                return
+            halt, unavailable = outcome
+        if halt is not None:
+            raise StopBatch(halt)
+        if unavailable is not None:
+            raise DownstreamUnavailable(unavailable)
+
+    def _round(self, pending: list[Entry], stopped: set[tuple[str, str]]
+               ) -> tuple[list[Entry], list[Entry], list[DeliveryResult]]:
+        """This round's entries (the first pending message of each key, and every message
+        without a key), those left for later rounds, and those of stopped keys."""
+        now, later, skipped = [], [], []
+        seen: set[tuple[str, str]] = set()
+        for e in pending:
+            m = e.message
+            k = None if m.key is None else (m.destination, m.key)
+            if k is not None and k in stopped:
+                skipped.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=self.key_stopped()))
+            elif k is not None and k in seen:
+                later.append(e)
+            else:
+                if k is not None:
+                    seen.add(k)
+                now.append(e)
+        return now, later, skipped
+
+    def key_stopped(self) -> str:
+        return f"{self.service}: not sent: an earlier message of its key was not delivered in this batch"
+
+    def _calls(self, entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
+        """The round's entries as calls: per destination, at most `entries_per_call`
+        entries and `bytes_per_call` bytes each, in seq order."""
+        calls: list[tuple[str, list[Entry]]] = []
+        open_: dict[str, tuple[list[Entry], list[int]]] = {}
+        for e in entries:
+            chunk, size = open_.get(e.destination, (None, [0]))
+            if chunk is None or len(chunk) >= self.entries_per_call or size[0] + e.size > self.bytes_per_call:
+                chunk, size = [], [0]
+                open_[e.destination] = (chunk, size)
+                calls.append((e.destination, chunk))
+            chunk.append(e)
+            size[0] += e.size
+        return calls
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
+                                            thread_name_prefix=f"{self.service}-call")
+        return self._pool
+
+    def _run_round(self, entries: list[Entry], deadline: Deadline, record: RecordResults,
+                   stopped: set[tuple[str, str]]) -> tuple[str | None, str | None] | None:
+        """Run one round's calls, at most `max_concurrency` at once; record each call's
+        results as it completes. Returns (stop reason, unavailable reason), or None when
+        the deadline stopped calls from starting."""
+        calls = self._calls(entries)
+        pool = self._executor()
+        running: set[Future[CallResult]] = set()
+        halt = unavailable = None
+        late = False
+        i = 0
+        while i < len(calls) or running:
+            while i < len(calls) and len(running) < self.max_concurrency and halt is None and unavailable is None:
+                if deadline.passed():
+                    late = True
+                    i = len(calls)
+                    break
+                destination, chunk = calls[i]
+                running.add(pool.submit(self._send, destination, chunk, deadline))
+                i += 1
+            if not running:
+                break
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                result = f.result()
+                for r in result.results:
+                    if r.seq not in result.delivered:
+                        m = next(e.message for e in entries if e.message.seq == r.seq)
+                        if m.key is not None:
+                            stopped.add((m.destination, m.key))
+                if result.results:
+                    record(result.results)
+                halt = halt or result.stop
+                unavailable = unavailable or result.unavailable
+            if halt is not None or unavailable is not None:
+                i = len(calls)  # start nothing more; the calls in flight finish and are recorded
+        if late and halt is None and unavailable is None:
+            return None
+        return halt, unavailable
+
+    def _send(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
+        """One call, classified per entry; a whole-call refusal that may be one entry's
+        fault is split into calls of one entry each, so a bad entry fails only itself."""
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionClosedError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            NoRegionError,
+            ParamValidationError,
+            PartialCredentialsError,
+        )
+
+        out = CallResult()
+        if deadline.passed():
+            return out
+        own = entries[0].own_destination
+        try:
+            answers = self.call(destination, entries)
+        except ClientError as exc:
+            err = exc.response.get("Error") or {}
+            code = str(err.get("Code") or "Unknown")
+            status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            sender = err.get("Type") == "Sender" or (status is not None and 400 <= status < 500)
+            c = classify_code(self.codes, code, sender, own_destination=own, status=status)
+            if c.verdict is Verdict.STOP:
+                out.stop = f"{self.service} refused the call ({code})"
+                log.error(f"{self.service} refused the relay", extra={"error_code": code})
+                return out
+            if c.error_class is ErrorClass.PERMANENT and len(entries) > 1:
+                return self._one_by_one(destination, entries, deadline)
+            out.results = [self._failed(e, c.error_class, code) for e in entries]
+            return out
+        except ParamValidationError:
+            if len(entries) > 1:
+                return self._one_by_one(destination, entries, deadline)
+            out.results = [self._failed(entries[0], ErrorClass.PERMANENT, "ParamValidationError")]
+            return out
+        except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
+            out.stop = f"{self.service}: {type(exc).__name__}"
+            return out
+        except EndpointConnectionError as exc:
+            # Not connected: nothing was sent; the service is unavailable, not the messages bad.
+            out.unavailable = f"{self.service} unavailable ({type(exc).__name__})"
+            return out
+        except (BotoCoreError, ConnectionClosedError, OSError) as exc:
+            # Sent, but no answer (timeout, reset): it may have arrived; retried with backoff,
+            # and the message id lets the consumer drop the copy.
+            out.results = [self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries]
+            return out
+        for e in entries:
+            ref, code, sender_fault = answers.get(str(e.message.seq), (None, "MissingResult", None))
+            if ref is not None:
+                out.results.append(DeliveryResult.delivered(e.message.seq, ref))
+                out.delivered.add(e.message.seq)
+                continue
+            c = classify_code(self.codes, code or "Unknown", sender_fault, own_destination=e.own_destination)
+            if c.verdict is Verdict.STOP:
+                out.stop = out.stop or f"{self.service} refused an entry ({code})"
+                continue  # not reported: released with its attempt refunded
+            out.results.append(self._failed(e, c.error_class, code or "Unknown"))
+        return out
+
+    def _one_by_one(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
+        out = CallResult()
+        for e in entries:
+            one = self._send(destination, [e], deadline)
+            out.results += one.results
+            out.delivered |= one.delivered
+            out.stop = out.stop or one.stop
+            out.unavailable = out.unavailable or one.unavailable
+            if out.stop or out.unavailable:
+                break
+        return out
+
+    def _failed(self, e: Entry, error_class: ErrorClass, code: str) -> DeliveryResult:
+        return DeliveryResult(e.message.seq, error_class=error_class, error=f"{self.service}: {code}")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field: str,
+                     fifo: bool) -> Entry | DeliveryResult:
+    """The SQS or SNS request entry of `m`: the payload JSON as the body (`body_field`),
+    the message id, type, ordering key and headers as String attributes; on a FIFO queue
+    or topic the ordering key as ``MessageGroupId`` (the message id for a message without
+    one: a group of its own) and the message id as ``MessageDeduplicationId``. A message
+    over 256 KiB with its attributes is a permanent failure."""
+    from ..aws_messages import (
+        ID_ATTRIBUTE,
+        KEY_ATTRIBUTE,
+        MAX_AWS_MESSAGE_BYTES,
+        TYPE_ATTRIBUTE,
+        attribute_bytes,
+        headers_of,
+    )
+
+    values = {ID_ATTRIBUTE: m.message_id, TYPE_ATTRIBUTE: m.type}
+    if m.key is not None:
+        values[KEY_ATTRIBUTE] = m.key
+    values.update(headers_of({"headers": m.headers_json}) or {})
+    size = len(m.payload_json.encode("utf-8")) + sum(attribute_bytes(k, v) for k, v in values.items())
+    if size > MAX_AWS_MESSAGE_BYTES:
+        return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
+                              error=f"{service}: message is {size} bytes with its attributes; the limit is "
+                                    f"{MAX_AWS_MESSAGE_BYTES}")
+    request: dict[str, Any] = {
+        "Id": entry_id, body_field: m.payload_json,
+        "MessageAttributes": {k: {"DataType": "String", "StringValue": v} for k, v in values.items()}}
+    if fifo:
+        request["MessageGroupId"] = group_id(m.key) if m.key is not None else m.message_id
+        request["MessageDeduplicationId"] = m.message_id
+    return Entry(m, request, size)
+
+
+def group_id(key: str) -> str:
+    """The FIFO ``MessageGroupId`` of an ordering key: the key itself when SQS and SNS
+    take it (1-128 printable ASCII characters), else a digest of it (the key still
+    travels as the `outbox-key` attribute)."""
+    if _GROUP_ID.fullmatch(key):
+        return key
+    return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def batch_answers(reply: Mapping[str, Any], service: str) -> dict[str, tuple[str | None, str | None, bool | None]]:
+    """Per entry id, from a ``SendMessageBatch`` or ``PublishBatch`` reply: (delivery ref,
+    error code, sender fault). The ref is the service's message id, and its sequence
+    number on a FIFO queue or topic."""
+    out: dict[str, tuple[str | None, str | None, bool | None]] = {}
+    for ok in reply.get("Successful") or ():
+        ref = f"{service}:{ok['MessageId']}"
+        if ok.get("SequenceNumber"):
+            ref += f":{ok['SequenceNumber']}"
+        out[ok["Id"]] = (ref, None, None)
+    for bad in reply.get("Failed") or ():
+        out[bad["Id"]] = (None, bad.get("Code") or "Unknown", bool(bad.get("SenderFault")))
+    return out

@@ -1,0 +1,101 @@
+"""Amazon EventBridge publisher: ``PutEvents``, 10 entries and 256 KiB per call
+(docs/channels.md, "EventBridge").
+
+Each message is one event: its payload object is the detail, with the message id
+added as the detail's `outbox-message-id` field (EventBridge does not deduplicate,
+so a rule's target must be able to); its type is the detail-type; its source and
+bus are its own or OUTBOX_EVENTBRIDGE_SOURCE and OUTBOX_EVENTBRIDGE_BUS. A call
+carries one bus's entries. ``FailedEntryCount`` and each entry's ``ErrorCode`` are
+classified per entry; a bus or source the message chose and EventBridge refuses
+fails that message only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_text
+from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes
+from ..aws_client import call_timeouts, create_client
+
+#: The bytes the entry's Time field counts in its size, set or not
+#: ("Calculating Amazon EventBridge PutEvents event entry size").
+TIME_BYTES = 14
+
+CODES = ErrorCodes(
+    throttled=frozenset({"ThrottlingException", "Throttling", "LimitExceededException"}),
+    configuration=frozenset({"ResourceNotFoundException", "NotAuthorizedForSourceException",
+                             "NotAuthorizedForDetailTypeException", "KMSAccessDeniedException",
+                             "KMSDisabledException", "KMSNotFoundException", "KMSInvalidStateException"}),
+    permanent=frozenset({"MalformedDetail", "InvalidArgument", "ValidationException",
+                         "InvalidEventPatternException", "SizeLimitExceeded"}),
+    transient=frozenset({"InternalFailure", "InternalException", "ServiceUnavailable"}),
+)
+
+
+class EventBridgePublisher(AwsBatchPublisher):
+    """Puts claimed messages on EventBridge buses with ``PutEvents``.
+
+    Args:
+        client: a boto3 ``events`` client.
+        bus: OUTBOX_EVENTBRIDGE_BUS, the bus of events that name none.
+        source: OUTBOX_EVENTBRIDGE_SOURCE, the source of events that name none.
+        max_concurrency: calls in flight at once.
+    """
+
+    channel = Channel.EVENTBRIDGE
+    service = "eventbridge"
+    codes = CODES
+
+    def __init__(self, client: Any, *, bus: str = "default", source: str = "outbox.relay",
+                 max_concurrency: int = 4) -> None:
+        super().__init__(client, max_concurrency=max_concurrency)
+        self.bus = bus
+        self.source = source
+
+    def probe(self) -> None:
+        """``DescribeEventBus`` of the relay's bus: it exists and we may reach it."""
+        self.client.describe_event_bus(Name=self.bus)
+
+    def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
+        own = m.destination == DEFAULT_DESTINATION
+        bus = self.bus if own else m.destination
+        source = (json.loads(m.headers_json).get("source") if m.headers_json else None) or self.source
+        detail = detail_text(m.payload_json, m.message_id)
+        size = len(detail.encode("utf-8")) + len(m.type.encode("utf-8")) + len(source.encode("utf-8")) + TIME_BYTES
+        if size > MAX_AWS_MESSAGE_BYTES:
+            return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
+                                  error=f"eventbridge: event entry is {size} bytes; the limit is "
+                                        f"{MAX_AWS_MESSAGE_BYTES}")
+        request = {"Source": source, "DetailType": m.type, "Detail": detail, "EventBusName": bus}
+        e = Entry(m, request, size, destination=bus, own_destination=own)
+        e.request["Id"] = entry_id  # removed before the call: PutEvents entries are matched by position
+        return e
+
+    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
+        ids = [e.request["Id"] for e in entries]
+        reply = self.client.put_events(
+            Entries=[{k: v for k, v in e.request.items() if k != "Id"} for e in entries])
+        out: dict[str, tuple[str | None, str | None, bool | None]] = {}
+        # The reply's entries are in the request's order ("PutEvents", Entries).
+        for entry_id, answer in zip(ids, reply.get("Entries") or ()):
+            if answer.get("EventId") and not answer.get("ErrorCode"):
+                out[entry_id] = (f"eventbridge:{answer['EventId']}", None, None)
+            else:
+                out[entry_id] = (None, answer.get("ErrorCode") or "Unknown", None)
+        return out
+
+
+def build_eventbridge_publisher(settings: Any, client: Any | None = None) -> EventBridgePublisher:
+    """The EventBridge publisher for `settings` (OUTBOX_EVENTBRIDGE_*), with a new client unless
+    one is given. Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is too small."""
+    margin = float(settings.deadline_margin_seconds)
+    call_timeouts(margin, "EventBridge")
+    return EventBridgePublisher(
+        client if client is not None else create_client(
+            "events", "EventBridge", max_concurrency=settings.eventbridge_max_concurrency,
+            deadline_margin_seconds=margin, region_name=settings.region),
+        bus=settings.eventbridge_bus, source=settings.eventbridge_source,
+        max_concurrency=settings.eventbridge_max_concurrency)

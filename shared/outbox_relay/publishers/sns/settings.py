@@ -1,0 +1,32 @@
+"""The SNS channel's settings (OUTBOX_SNS_*): a mixin of `config.Settings`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+_TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
+
+
+class SnsSettings(BaseSettings):
+    """Amazon SNS: the one topic this relay publishes to, and how many calls run at once."""
+
+    sns_topic_arn: str | None = None
+    """OUTBOX_SNS_TOPIC_ARN: the topic's ARN; a name ending in `.fifo` is a FIFO topic."""
+    sns_max_concurrency: int = Field(default=4, ge=1, le=32)
+    """OUTBOX_SNS_MAX_CONCURRENCY: PublishBatch calls in flight at once."""
+
+
+RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SNS_TOPIC_ARN",)
+
+
+def check_settings(s: Any, relayed: bool) -> None:
+    """The SNS relay needs its topic, given as an ARN. Raises ValueError naming it."""
+    if relayed and not s.sns_topic_arn:
+        raise ValueError("OUTBOX_SNS_TOPIC_ARN: set the topic's ARN for OUTBOX_CHANNEL=sns")
+    if s.sns_topic_arn and not _TOPIC_ARN.fullmatch(s.sns_topic_arn):
+        raise ValueError("OUTBOX_SNS_TOPIC_ARN: must be a topic ARN, arn:aws:sns:<region>:<account>:<name> "
+                         "(a name of 1-256 letters, digits, '_' or '-', '.fifo' for FIFO)")

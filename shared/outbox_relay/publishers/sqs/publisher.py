@@ -1,0 +1,76 @@
+"""Amazon SQS publisher: ``SendMessageBatch`` to one queue, standard or FIFO
+(docs/channels.md, "SQS").
+
+Each message is one SQS message: the payload JSON is its body; the message id,
+type, ordering key and headers are message attributes (`aws_messages`). On a FIFO
+queue the ordering key is the ``MessageGroupId`` (a message without one is a group
+of its own) and the message id is the ``MessageDeduplicationId``, so SQS itself
+drops a second send within its five-minute deduplication interval.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ...models import Channel, ClaimedMessage, DeliveryResult
+from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes, attributed_entry, batch_answers
+from ..aws_client import create_client
+
+CODES = ErrorCodes(
+    throttled=frozenset({"RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled",
+                         "KMS.ThrottlingException", "AWS.SimpleQueueService.RequestThrottled"}),
+    configuration=frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist",
+                             "AWS.SimpleQueueService.QueueDeletedRecently", "KmsAccessDenied", "KmsDisabled",
+                             "KmsInvalidKeyUsage", "KmsInvalidState", "KmsNotFound", "KmsOptInRequired",
+                             "KMS.AccessDeniedException", "KMS.DisabledException", "KMS.NotFoundException",
+                             "KMS.KMSInvalidStateException", "InvalidAddress",
+                             "AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation"}),
+    permanent=frozenset({"InvalidMessageContents", "InvalidParameterValue", "MissingParameter",
+                         "InvalidAttributeName", "InvalidAttributeValue", "MessageTooLong"}),
+    transient=frozenset({"InternalError", "InternalFailure", "ServiceUnavailable",
+                         "AWS.SimpleQueueService.ServiceUnavailable"}),
+)
+
+
+class SqsPublisher(AwsBatchPublisher):
+    """Sends claimed messages to one SQS queue with ``SendMessageBatch``.
+
+    Args:
+        client: a boto3 ``sqs`` client.
+        queue_url: OUTBOX_SQS_QUEUE_URL.
+        max_concurrency: calls in flight at once.
+    """
+
+    channel = Channel.SQS
+    service = "sqs"
+    codes = CODES
+
+    def __init__(self, client: Any, *, queue_url: str, max_concurrency: int = 4) -> None:
+        super().__init__(client, max_concurrency=max_concurrency)
+        self.queue_url = queue_url
+        self.fifo = queue_url.endswith(".fifo")
+
+    def probe(self) -> None:
+        """``GetQueueAttributes`` of the queue: it exists and we may reach it."""
+        self.client.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])
+
+    def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
+        return attributed_entry(m, entry_id, "sqs", "MessageBody", self.fifo)
+
+    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
+        reply = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=[e.request for e in entries])
+        return batch_answers(reply, "sqs")
+
+
+def build_sqs_publisher(settings: Any, client: Any | None = None) -> SqsPublisher:
+    """The SQS publisher for `settings` (OUTBOX_SQS_*), with a new client unless one is given.
+    Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is too small."""
+    from ..aws_client import call_timeouts
+
+    margin = float(settings.deadline_margin_seconds)
+    call_timeouts(margin, "SQS")
+    return SqsPublisher(
+        client if client is not None else create_client(
+            "sqs", "SQS", max_concurrency=settings.sqs_max_concurrency, deadline_margin_seconds=margin,
+            region_name=settings.region),
+        queue_url=settings.sqs_queue_url, max_concurrency=settings.sqs_max_concurrency)

@@ -1,0 +1,34 @@
+"""The SQS channel's settings (OUTBOX_SQS_*): a mixin of `config.Settings`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+# https://sqs.<region>.amazonaws.com/<account>/<name>, or a local endpoint's URL in the same shape.
+_QUEUE_URL = re.compile(r"https?://[^/\s]+/\d{12}/[A-Za-z0-9_-]{1,75}(\.fifo)?|https?://[^/\s]+/[^/\s]+/"
+                        r"[A-Za-z0-9_-]{1,75}(\.fifo)?")
+
+
+class SqsSettings(BaseSettings):
+    """Amazon SQS: the one queue this relay sends to, and how many calls run at once."""
+
+    sqs_queue_url: str | None = None
+    """OUTBOX_SQS_QUEUE_URL: the queue's URL; a name ending in `.fifo` is a FIFO queue."""
+    sqs_max_concurrency: int = Field(default=4, ge=1, le=32)
+    """OUTBOX_SQS_MAX_CONCURRENCY: SendMessageBatch calls in flight at once."""
+
+
+RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SQS_QUEUE_URL",)
+
+
+def check_settings(s: Any, relayed: bool) -> None:
+    """The SQS relay needs its queue, given as a queue URL. Raises ValueError naming it."""
+    if relayed and not s.sqs_queue_url:
+        raise ValueError("OUTBOX_SQS_QUEUE_URL: set the queue's URL for OUTBOX_CHANNEL=sqs")
+    if s.sqs_queue_url and not _QUEUE_URL.fullmatch(s.sqs_queue_url):
+        raise ValueError("OUTBOX_SQS_QUEUE_URL: must be a queue URL, https://sqs.<region>.amazonaws.com/"
+                         "<account>/<name> (a name of 1-80 letters, digits, '_' or '-', '.fifo' for FIFO)")
