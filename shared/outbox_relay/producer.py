@@ -17,10 +17,10 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from sqlalchemy.engine import Engine
 
 from . import sql
+from .aws_messages import aws_row
 from .email.mime import check_size
 from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 from .errors import InvalidMessageError
-from .aws_messages import aws_row
 from .events import check_deliver_at, check_key, event_row
 from .models import Channel
 from .publishers.registry import spec_for

@@ -21,11 +21,21 @@ from outbox_relay.backoff import Backoff
 from outbox_relay.config import load_settings
 from outbox_relay.email.payload import OUTBOX_TAG
 from outbox_relay.models import Channel, DeliveryResult, ErrorClass
-from outbox_relay.producer import enqueue_email, enqueue_event
+from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
 from outbox_relay.publishers.base import Publisher
 from outbox_relay.publishers.registry import spec_for
 from outbox_relay.relay import RelayPolicy
 from outbox_tools.local_ses import answer_get_account, fail_send_email
+from support.aws_harness import (
+    Faults,
+    QueueReader,
+    aws_client,
+    eventbridge_entry_type,
+    id_attribute,
+    id_in_detail,
+    sqs_entry_type,
+    unique,
+)
 from support.fakes import FakePublisher
 from support.ses import CONFIGURATION_SET, DEFAULT_FROM, sent_messages
 
@@ -238,6 +248,167 @@ class SesHarness:
         return list(self.accepted)
 
 
+class _AwsHarness:
+    """SQS, SNS and EventBridge on moto's server (`support.aws_harness`): the downstream is a
+    queue, topic or bus of this test's own, read back through the service's own API (a topic
+    and a bus through an SQS queue subscribed to it); faults are the service's per-entry
+    answers, for the entries whose type is the fault's target."""
+
+    channel: Channel
+    fifo = False
+    dedupes = False
+    slow = True
+    #: The fault answers: (error code, sender fault), as the service words them.
+    answers: dict[Fault, tuple[str, bool]]
+
+    def __init__(self, app_engine: Any, database_url: str, endpoint: str) -> None:
+        self.engine, self.database_url, self.endpoint = app_engine, database_url, endpoint
+        self.sqs = aws_client("sqs", endpoint)
+        self.faults = self.make_faults()
+        self.reader = self.make_downstream()
+
+    @classmethod
+    def make(cls, request: Any) -> _AwsHarness:
+        fixture = request.getfixturevalue
+        return cls(fixture("app_engine"), fixture("database_url"), fixture("aws_endpoint"))
+
+    def make_faults(self) -> Faults:
+        raise NotImplementedError
+
+    def make_downstream(self) -> QueueReader:
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def queue(self, prefix: str) -> tuple[str, str]:
+        """A queue of this test's own (FIFO when the harness is): its URL and ARN."""
+        name = unique(prefix) + (".fifo" if self.fifo else "")
+        attributes = {"FifoQueue": "true"} if self.fifo else {}
+        url = self.sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        return url, arn
+
+    def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
+        raise NotImplementedError
+
+    def enqueue(self, n: int = 1, *, key: str | None = None, target: str | None = None,
+                max_attempts: int | None = None) -> list[str]:
+        with self.engine.begin() as conn:
+            return [str(self.write(conn, i, target or "contract.checked", key, max_attempts)) for i in range(n)]
+
+    def fault(self, kind: Fault) -> str:
+        self.faults.answers[kind.value] = self.answers[kind]
+        return kind.value
+
+    def heal(self) -> None:
+        self.faults.answers.clear()
+
+    def cut(self) -> None:
+        self.faults.down = True
+
+    def publisher(self) -> Publisher:
+        settings = load_settings(channel=self.channel.value, database_url=self.database_url, **self.settings())
+        publisher = spec_for(self.channel).build_publisher(settings)
+        self.faults.install(publisher.client)  # type: ignore[attr-defined]
+        return publisher
+
+    def received(self) -> list[str]:
+        return self.reader.read()
+
+
+class SqsHarness(_AwsHarness):
+    name = "sqs"
+    channel = Channel.SQS
+    slow = False
+    answers = {Fault.TRANSIENT: ("InternalError", False), Fault.PERMANENT: ("InvalidParameterValue", True),
+               Fault.THROTTLED: ("RequestThrottled", False)}
+
+    def make_faults(self) -> Faults:
+        return Faults("sqs", "SendMessageBatch", "Entries", False, sqs_entry_type)
+
+    def make_downstream(self) -> QueueReader:
+        self.queue_url, _ = self.queue("contract")
+        return QueueReader(self.sqs, self.queue_url, id_attribute)
+
+    def settings(self) -> dict[str, Any]:
+        return {"sqs_queue_url": self.queue_url}
+
+    def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
+        return enqueue_sqs(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
+
+
+class SqsFifoHarness(SqsHarness):
+    """A FIFO queue: the key is the message group, the message id the deduplication id."""
+
+    name = "sqs-fifo"
+    fifo = True
+    #: SQS drops a second send of a deduplication id within five minutes.
+    dedupes = True
+    slow = True
+
+
+class SnsHarness(_AwsHarness):
+    name = "sns"
+    channel = Channel.SNS
+    answers = {Fault.TRANSIENT: ("InternalError", False), Fault.PERMANENT: ("InvalidParameterValue", True),
+               Fault.THROTTLED: ("Throttled", True)}
+
+    def make_faults(self) -> Faults:
+        return Faults("sns", "PublishBatch", "PublishBatchRequestEntries", False, sqs_entry_type)
+
+    def make_downstream(self) -> QueueReader:
+        sns = aws_client("sns", self.endpoint)
+        name = unique("contract") + (".fifo" if self.fifo else "")
+        self.topic_arn = sns.create_topic(Name=name, Attributes={"FifoTopic": "true"} if self.fifo else {}
+                                          )["TopicArn"]
+        url, arn = self.queue("subscriber")
+        # Raw delivery: the queue gets the message and its attributes as published.
+        sns.subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=arn,
+                      Attributes={"RawMessageDelivery": "true"})
+        return QueueReader(self.sqs, url, id_attribute)
+
+    def settings(self) -> dict[str, Any]:
+        return {"sns_topic_arn": self.topic_arn}
+
+    def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
+        return enqueue_sns(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
+
+
+class SnsFifoHarness(SnsHarness):
+    """A FIFO topic with a FIFO queue subscribed: SNS deduplicates as a FIFO queue does."""
+
+    name = "sns-fifo"
+    fifo = True
+    dedupes = True
+
+
+class EventBridgeHarness(_AwsHarness):
+    name = "eventbridge"
+    channel = Channel.EVENTBRIDGE
+    answers = {Fault.TRANSIENT: ("InternalFailure", False), Fault.PERMANENT: ("MalformedDetail", False),
+               Fault.THROTTLED: ("ThrottlingException", False)}
+    SOURCE = "outbox.contract"
+
+    def make_faults(self) -> Faults:
+        return Faults("events", "PutEvents", "Entries", True, eventbridge_entry_type)
+
+    def make_downstream(self) -> QueueReader:
+        events = aws_client("events", self.endpoint)
+        self.bus = unique("contract")
+        events.create_event_bus(Name=self.bus)
+        url, arn = self.queue("target")
+        events.put_rule(Name="all", EventBusName=self.bus, EventPattern=json.dumps({"source": [self.SOURCE]}))
+        events.put_targets(Rule="all", EventBusName=self.bus, Targets=[{"Id": "queue", "Arn": arn}])
+        return QueueReader(self.sqs, url, id_in_detail)
+
+    def settings(self) -> dict[str, Any]:
+        return {"eventbridge_bus": self.bus, "eventbridge_source": self.SOURCE}
+
+    def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
+        return enqueue_eventbridge(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
+
+
 class FakeHarness:
     """The unit tests' `FakePublisher` over the real store: what its script answers is the
     downstream. It must pass the same suite, or unit tests built on it prove nothing."""
@@ -291,4 +462,6 @@ class FakeHarness:
 
 #: Every harness, by name; `make(request)` builds one from the test's fixtures.
 #: A registered channel without one fails the suite.
-HARNESSES: dict[str, type[ChannelHarness]] = {h.name: h for h in (RedisHarness, SesHarness, FakeHarness)}
+HARNESSES: dict[str, type[ChannelHarness]] = {h.name: h for h in (
+    RedisHarness, SesHarness, SqsHarness, SqsFifoHarness, SnsHarness, SnsFifoHarness, EventBridgeHarness,
+    FakeHarness)}

@@ -310,6 +310,7 @@ class AwsBatchPublisher(BasePublisher):
             BotoCoreError,
             ClientError,
             ConnectionClosedError,
+            ConnectTimeoutError,
             EndpointConnectionError,
             NoCredentialsError,
             NoRegionError,
@@ -345,7 +346,7 @@ class AwsBatchPublisher(BasePublisher):
         except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
             out.stop = f"{self.service}: {type(exc).__name__}"
             return out
-        except EndpointConnectionError as exc:
+        except (EndpointConnectionError, ConnectTimeoutError) as exc:
             # Not connected: nothing was sent; the service is unavailable, not the messages bad.
             out.unavailable = f"{self.service} unavailable ({type(exc).__name__})"
             return out
