@@ -54,6 +54,9 @@ class SdkEnvironment(BaseSettings):
     aws_default_region: str | None = Field(default=None, validation_alias="AWS_DEFAULT_REGION")
     aws_endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
     aws_endpoint_url_sesv2: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
+    aws_endpoint_url_sqs: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
+    aws_endpoint_url_sns: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
+    aws_endpoint_url_eventbridge: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
 
     @property
     def region(self) -> str | None:
@@ -96,7 +99,8 @@ class SdkEnvironment(BaseSettings):
                 raise ValueError("must be an AWS region name, e.g. eu-west-1") from None
         return v
 
-    @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2")
+    @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2", "aws_endpoint_url_sqs", "aws_endpoint_url_sns",
+                     "aws_endpoint_url_eventbridge")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
         from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url

@@ -50,6 +50,12 @@ SES_EVENT = str(ROOT / "events" / "relay-ses-scheduler.json")
 #: port, so a bad value that slipped through fails fast instead of calling AWS.
 SES = {"OUTBOX_CHANNEL": "ses", "OUTBOX_SES_FROM": "Shop <noreply@shop.example>", "AWS_DEFAULT_REGION": "us-east-1",
        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL_SESV2": "http://127.0.0.1:9"}
+#: The same for the SQS, SNS and EventBridge relays (their settings are checked before any call).
+_AWS = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+SQS = {**_AWS, "OUTBOX_CHANNEL": "sqs", "OUTBOX_SQS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q"}
+SNS = {**_AWS, "OUTBOX_CHANNEL": "sns", "OUTBOX_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:t"}
+EVENTBRIDGE = {**_AWS, "OUTBOX_CHANNEL": "eventbridge"}
 NO_URL = {"DATABASE_URL": None}
 
 
@@ -74,7 +80,7 @@ SES_RELAY = ("relay", "--event", SES_EVENT)
 # a Unix socket where nothing listens, `{refusing}` with one where a server refuses every
 # database (`support.refusing_postgres`).
 ENV: dict[str, list[Bad]] = {
-    "OUTBOX_CHANNEL": [Bad("kafka", "'redis' or 'ses'")],
+    "OUTBOX_CHANNEL": [Bad("kafka", "'sns' or 'eventbridge'")],
     "DATABASE_URL": [
         Bad("postgresqlgarbage", "not a SQLAlchemy URL"),
         Bad("postgresql+pg8000://postgres@127.0.0.1:abc/x", "port"),
@@ -165,6 +171,17 @@ ENV: dict[str, list[Bad]] = {
     "OUTBOX_SES_RECORD_GROUP_SIZE": [Bad("0", "greater than or equal to 1", env=SES, command=SES_RELAY)],
     "OUTBOX_SES_QUOTA_DEFERRAL_SECONDS": [Bad("1e12", "less than or equal", env=SES, command=SES_RELAY)],
     "OUTBOX_SES_MAX_SEND_RATE": [Bad("0", "greater than 0", env=SES, command=SES_RELAY)],
+    "OUTBOX_SQS_QUEUE_URL": [Bad("sqs.example/q", "must be a queue URL", env=SQS),
+                             Bad("", "set the queue's URL", env=SQS)],  # empty: unset
+    "OUTBOX_SQS_MAX_CONCURRENCY": [Bad("0", "greater than or equal to 1", env=SQS)],
+    "OUTBOX_SNS_TOPIC_ARN": [Bad("my-topic", "must be a topic ARN", env=SNS), Bad("", "set the topic's ARN", env=SNS)],
+    "OUTBOX_SNS_MAX_CONCURRENCY": [Bad("33", "less than or equal to 32", env=SNS)],
+    "OUTBOX_EVENTBRIDGE_BUS": [Bad("my bus!", "event bus name", env=EVENTBRIDGE)],
+    "OUTBOX_EVENTBRIDGE_SOURCE": [Bad("aws.shop", "'aws.'", env=EVENTBRIDGE)],
+    "OUTBOX_EVENTBRIDGE_MAX_CONCURRENCY": [Bad("x", "valid integer", env=EVENTBRIDGE)],
+    "AWS_ENDPOINT_URL_SQS": [Bad("garbage", "http:// or https:// URL", env=SQS)],
+    "AWS_ENDPOINT_URL_SNS": [Bad("garbage", "http:// or https:// URL", env=SNS)],
+    "AWS_ENDPOINT_URL_EVENTBRIDGE": [Bad("garbage", "http:// or https:// URL", env=EVENTBRIDGE)],
     "OUTBOX_RETAIN_DELIVERED_SECONDS": [Bad("0", "greater than 0")],
     "OUTBOX_RETAIN_DEAD_SECONDS": [Bad("1e16", "less than or equal")],
     "POWERTOOLS_LOG_LEVEL": [Bad("garbage", "DEBUG, INFO")],
@@ -354,7 +371,7 @@ def _files(directory: Path) -> dict[str, str]:
     (directory / "not-json.json").write_text("not json")
     (directory / "a-list.json").write_text("[1, 2]")
     # Events that parse but that the functions cannot use
-    (directory / "bad-channel.json").write_text('{"channel": "sqs"}')
+    (directory / "bad-channel.json").write_text('{"channel": "kafka"}')
     (directory / "redrive-typo.json").write_text('{"action": "redrive", "chanel": "redis"}')
     (directory / "redrive-yes.json").write_text('{"action": "redrive", "all": "yes"}')
     (directory / "empty.json").write_text("{}")
