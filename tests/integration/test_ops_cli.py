@@ -243,7 +243,7 @@ def test_dead_list_refuses_bad_options_by_name(outbox):
         (["--since", "yesterday"], "--since"),
         (["--since", "2026-11-29T10:00:00"], "--since"),  # no zone
         (["--error-class", "bogus"], "--error-class"),
-        (["--channel", "sqs"], "--channel"),
+        (["--channel", "kafka"], "--channel"),
         (["--limit", "0"], "--limit"),
     ]:
         code, out = outbox("dead", "list", *args)
