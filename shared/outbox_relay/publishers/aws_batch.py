@@ -35,6 +35,10 @@ _GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}
 #: Within one invocation the gate's probe runs again after this many seconds, not before every claim.
 GATE_INTERVAL_SECONDS = 10.0
 
+#: Refusals of who we are (keys, tokens, signatures), not of where we may send: ours even
+#: when the message chose its destination, or expired credentials would dead-letter it.
+IDENTITY_CODES = CREDENTIAL_CODES - {"AccessDeniedException", "AccessDenied", "AuthorizationError"}
+
 
 class Verdict(enum.Enum):
     """What one entry's (or one call's) error means."""
@@ -70,14 +74,15 @@ def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, ow
 
     Throttling → throttled (attempt refunded). A refusal of our destination or
     credentials → StopBatch when the destination is the relay's own (every message
-    would fail alike), permanent when the message chose it. Named service-side
+    would fail alike), permanent when the message chose it, except a refusal of the
+    credentials themselves (`IDENTITY_CODES`), always StopBatch. Named service-side
     failures and 5xx → transient. Otherwise the sender's fault → permanent, and
     anything unknown → transient (retried with backoff, then dead-lettered).
     """
     if code in codes.throttled:
         return Classification(ErrorClass.THROTTLED)
     if code in codes.configuration or code in CREDENTIAL_CODES:
-        if own_destination:
+        if own_destination or code in IDENTITY_CODES:
             return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
         return Classification(ErrorClass.PERMANENT)
     if code in codes.transient or (status is not None and status >= 500):
