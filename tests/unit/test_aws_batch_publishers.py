@@ -473,3 +473,13 @@ def test_the_gate_probes_at_most_every_interval_and_names_what_failed(make, prob
     outcome[0] = EndpointConnectionError(endpoint_url="https://example.invalid")
     publisher.begin(deadline)  # a new invocation probes at once
     assert "unavailable (EndpointConnectionError)" in publisher.gate() and count[0] == 3
+
+
+def test_a_message_refused_before_sending_does_not_hold_back_the_earlier_messages_of_its_key():
+    # Only what follows a refused message waits; the key's earlier messages are sent
+    client = StubBatchClient()
+    big = '"' + "x" * (256 * 1024) + '"'
+    ms = [message(1, key="a"), message(2, key="a", payload=big), message(3, key="a")]
+    results, _, _ = deliver(SqsPublisher(client, queue_url=QUEUE), ms)
+    assert results[1].ok and [seqs_of(c) for c in client.calls] == [[1]]
+    assert results[2].error_class is ErrorClass.PERMANENT and results[3].error_class is ErrorClass.NOT_ATTEMPTED

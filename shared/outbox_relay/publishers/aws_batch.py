@@ -194,17 +194,22 @@ class AwsBatchPublisher(BasePublisher):
             return
         pending: list[Entry] = []
         refused: list[DeliveryResult] = []
+        # A message refused before sending holds back only what follows it in its key:
+        # the key's earlier messages are still sent, in their rounds.
+        behind_refused: set[tuple[str, str]] = set()
         for m in messages:
+            k = None if m.key is None else (m.destination, m.key)
+            if k is not None and k in behind_refused:
+                refused.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=self.key_stopped()))
+                continue
             e = self.entry(m, str(m.seq))
             if isinstance(e, DeliveryResult):
                 refused.append(e)
+                if k is not None:
+                    behind_refused.add(k)
             else:
                 pending.append(e)
         stopped: set[tuple[str, str]] = set()  # keys with a message not delivered
-        for r in refused:
-            m = next(x for x in messages if x.seq == r.seq)
-            if m.key is not None:
-                stopped.add((m.destination, m.key))
         if refused:
             record(refused)
         halt: str | None = None
