@@ -210,6 +210,9 @@ FLAGS = {"--json", "--dry-run", "--all", "--keep", "--help"}
 REQUIRED = {
     ("enqueue-event",): ["--stream", "s", "--type", "t", "--payload", "{}"],
     ("enqueue-email",): ["--to", "ana@example.com", "--subject", "s", "--text", "t"],
+    ("enqueue-sqs",): ["--type", "t", "--payload", "{}"],
+    ("enqueue-sns",): ["--type", "t", "--payload", "{}"],
+    ("enqueue-eventbridge",): ["--type", "t", "--payload", "{}"],
     ("relay",): ["--event", REDIS_EVENT],
     ("purge",): ["--delivered-older-than", "7d"],
 }
@@ -226,6 +229,27 @@ class BadOption:
     says: str
     status: int = 2
     extra: tuple[str, ...] = ()
+
+
+def _aws_bad_options(files: dict[str, str]) -> list[BadOption]:
+    """The SQS, SNS and EventBridge enqueue commands (more rows: tests/unit/test_aws_cli.py)."""
+    sq, sn, eb = ("enqueue-sqs",), ("enqueue-sns",), ("enqueue-eventbridge",)
+    rows = []
+    for c in (sq, sn, eb):
+        rows += [BadOption(c, "--type", " ", "type:"), BadOption(c, "--payload", "{nope", "--payload"),
+                 BadOption(c, "--payload", "@" + files["missing"], "--payload"),
+                 BadOption(c, "--key", "", "key:"), BadOption(c, "--message-id", "nope", "message_id:"),
+                 BadOption(c, "--max-attempts", "0", "max_attempts:"),
+                 BadOption(c, "--deliver-at", "tomorrow", "--deliver-at"),
+                 BadOption(c, "--deliver-at", "2030-01-01T00:00:00", "deliver_at:")]
+    for c in (sq, sn):
+        rows += [BadOption(c, "--header", "no-equals-sign", "--header"),
+                 BadOption(c, "--header", "tenant=", "headers.tenant:"),
+                 BadOption(c, "--header", "outbox-key=x", "headers.outbox-key:")]
+    rows += [BadOption(sq, "--payload", '"\\ufffe"', "payload:"),
+             BadOption(eb, "--payload", "[1]", "payload:"), BadOption(eb, "--source", "aws.ec2", "source:"),
+             BadOption(eb, "--bus", "my bus", "bus:")]
+    return rows
 
 
 def _bad_options(files: dict[str, str]) -> list[BadOption]:
@@ -264,6 +288,7 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(em, "--deliver-at", "9999-01-01T00:00:00+00:00", "deliver_at:"),
         BadOption(em, "--max-attempts", "0", "max_attempts:"),
         BadOption(em, "--key", "", "key:"),
+        *_aws_bad_options(files),
         BadOption(("relay",), "--event", files["missing"], "--event"),
         BadOption(("relay",), "--event", files["not_json"], "--event"),
         BadOption(("relay",), "--event", files["binary"], "--event"),
