@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 from click.testing import CliRunner
+from test_enqueue_validation import RecordingConnection
 
 from outbox_tools.cli import common, main
-from test_enqueue_validation import RecordingConnection
 
 
 class RecordingEngine:
