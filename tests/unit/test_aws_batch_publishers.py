@@ -483,3 +483,11 @@ def test_a_message_refused_before_sending_does_not_hold_back_the_earlier_message
     results, _, _ = deliver(SqsPublisher(client, queue_url=QUEUE), ms)
     assert results[1].ok and [seqs_of(c) for c in client.calls] == [[1]]
     assert results[2].error_class is ErrorClass.PERMANENT and results[3].error_class is ErrorClass.NOT_ATTEMPTED
+
+
+def test_a_connect_timeout_is_the_endpoint_not_reached_too():
+    from botocore.exceptions import ConnectTimeoutError
+
+    client = StubBatchClient(answer=lambda entries: (_ for _ in ()).throw(ConnectTimeoutError(endpoint_url=QUEUE)))
+    results, _, raised = deliver(SqsPublisher(client, queue_url=QUEUE), [message(1), message(2)])
+    assert isinstance(raised, DownstreamUnavailable) and "ConnectTimeoutError" in str(raised) and results == {}
