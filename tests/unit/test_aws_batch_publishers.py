@@ -491,3 +491,37 @@ def test_a_connect_timeout_is_the_endpoint_not_reached_too():
     client = StubBatchClient(answer=lambda entries: (_ for _ in ()).throw(ConnectTimeoutError(endpoint_url=QUEUE)))
     results, _, raised = deliver(SqsPublisher(client, queue_url=QUEUE), [message(1), message(2)])
     assert isinstance(raised, DownstreamUnavailable) and "ConnectTimeoutError" in str(raised) and results == {}
+
+
+def test_eventbridge_a_source_the_message_chose_and_iam_refuses_dead_letters_that_message_only():
+    # Given one event with a source of its own and one with the relay's, on the relay's bus
+    def answer(entries):
+        return ["NotAuthorizedForSourceException" if e["Source"] == "shop.orders" else None for e in entries]
+
+    chosen = message(1, headers='{"source": "shop.orders"}')
+    results, _, raised = deliver(EventBridgePublisher(StubEvents(answer=answer), bus="relay-bus"),
+                                 [chosen, message(2)])
+    # Then the chosen source's refusal is that message's fault; the batch goes on
+    assert raised is None
+    assert results[1].error_class is ErrorClass.PERMANENT and results[2].ok
+
+
+def test_eventbridge_the_relays_own_source_refused_stops_the_batch():
+    client = StubEvents(answer=lambda entries: ["NotAuthorizedForSourceException"] * len(entries))
+    results, _, raised = deliver(EventBridgePublisher(client, bus="relay-bus"), [message(1)])
+    assert isinstance(raised, StopBatch) and results == {}
+
+
+def test_an_unexpected_error_in_a_call_is_transient_for_its_entries_and_the_other_calls_are_recorded():
+    # Given a reply the publisher cannot read, for the second round's call only
+    def answer(entries):
+        if any(e["Id"] == "2" for e in entries):
+            raise KeyError("Successful")
+        return {}
+
+    publisher = SqsPublisher(StubBatchClient(answer=answer), queue_url=QUEUE)
+    results, recorded, raised = deliver(publisher, [message(1, key="a"), message(2, key="a"), message(3, key="b")])
+    # Then its message is retried later (it may have arrived), and the first round's were recorded delivered
+    assert raised is None
+    assert results[2].error_class is ErrorClass.TRANSIENT and results[2].error == "sqs: KeyError"
+    assert results[1].ok and results[3].ok and len(recorded) == 2

@@ -102,6 +102,8 @@ class Entry:
     #: The destination this entry's call goes to (a bus); entries of one call share it.
     destination: str = ""
     own_destination: bool = True
+    #: Error codes that refuse what this message chose itself (an EventBridge source): its fault.
+    chosen: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -339,6 +341,11 @@ class AwsBatchPublisher(BasePublisher):
             code = str(err.get("Code") or "Unknown")
             status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
             sender = err.get("Type") == "Sender" or (status is not None and 400 <= status < 500)
+            if any(code in e.chosen for e in entries):
+                if len(entries) > 1:  # whose choice was refused: find out one entry at a time
+                    return self._one_by_one(destination, entries, deadline)
+                out.results = [self._failed(entries[0], ErrorClass.PERMANENT, code)]
+                return out
             c = classify_code(self.codes, code, sender, own_destination=own, status=status)
             if c.verdict is Verdict.STOP:
                 out.stop = f"{self.service} refused the call ({code})"
@@ -365,11 +372,20 @@ class AwsBatchPublisher(BasePublisher):
             # and the message id lets the consumer drop the copy.
             out.results = [self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries]
             return out
+        except Exception as exc:  # noqa: BLE001 (a reply we could not read, a bug): nobody's verdict
+            # Whether it arrived is unknown, as after a timeout: retried with backoff, the message id
+            # lets the consumer drop a copy; the other calls in flight are still recorded.
+            log.exception(f"{self.service} call failed unexpectedly", extra={"error_type": type(exc).__name__})
+            out.results = [self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries]
+            return out
         for e in entries:
             ref, code, sender_fault = answers.get(str(e.message.seq), (None, "MissingResult", None))
             if ref is not None:
                 out.results.append(DeliveryResult.delivered(e.message.seq, ref))
                 out.delivered.add(e.message.seq)
+                continue
+            if code in e.chosen:
+                out.results.append(self._failed(e, ErrorClass.PERMANENT, code or "Unknown"))
                 continue
             c = classify_code(self.codes, code or "Unknown", sender_fault, own_destination=e.own_destination)
             if c.verdict is Verdict.STOP:

@@ -24,6 +24,9 @@ from ..aws_client import call_timeouts, create_client
 #: ("Calculating Amazon EventBridge PutEvents event entry size").
 TIME_BYTES = 14
 
+#: Refusals of an event's source: the relay's fault for its own source, the message's for one it chose.
+CHOSEN_SOURCE_CODES = frozenset({"NotAuthorizedForSourceException"})
+
 CODES = ErrorCodes(
     throttled=frozenset({"ThrottlingException", "Throttling", "LimitExceededException"}),
     configuration=frozenset({"ResourceNotFoundException", "NotAuthorizedForSourceException",
@@ -62,7 +65,8 @@ class EventBridgePublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         own = m.destination == DEFAULT_DESTINATION
         bus = self.bus if own else m.destination
-        source = (json.loads(m.headers_json).get("source") if m.headers_json else None) or self.source
+        chosen_source = json.loads(m.headers_json).get("source") if m.headers_json else None
+        source = chosen_source or self.source
         detail = detail_text(m.payload_json, m.message_id)
         size = len(detail.encode("utf-8")) + len(m.type.encode("utf-8")) + len(source.encode("utf-8")) + TIME_BYTES
         if size > MAX_AWS_MESSAGE_BYTES:
@@ -70,7 +74,9 @@ class EventBridgePublisher(AwsBatchPublisher):
                                   error=f"eventbridge: event entry is {size} bytes; the limit is "
                                         f"{MAX_AWS_MESSAGE_BYTES}")
         request = {"Source": source, "DetailType": m.type, "Detail": detail, "EventBusName": bus}
-        e = Entry(m, request, size, destination=bus, own_destination=own)
+        # A source the message chose and IAM refuses is that message's fault, not the relay's.
+        e = Entry(m, request, size, destination=bus, own_destination=own,
+                  chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
         e.request["Id"] = entry_id  # removed before the call: PutEvents entries are matched by position
         return e
 
