@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_text
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ...tracing import TRACEPARENT, traceparent_to_xray
 from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes
 from ..aws_client import call_timeouts, create_client
 
@@ -65,7 +66,8 @@ class EventBridgePublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         own = m.destination == DEFAULT_DESTINATION
         bus = self.bus if own else m.destination
-        chosen_source = json.loads(m.headers_json).get("source") if m.headers_json else None
+        stored = json.loads(m.headers_json) if m.headers_json else {}
+        chosen_source = stored.get("source")
         source = chosen_source or self.source
         detail = detail_text(m.payload_json, m.message_id)
         size = len(detail.encode("utf-8")) + len(m.type.encode("utf-8")) + len(source.encode("utf-8")) + TIME_BYTES
@@ -74,6 +76,9 @@ class EventBridgePublisher(AwsBatchPublisher):
                                   error=f"eventbridge: event entry is {size} bytes; the limit is "
                                         f"{MAX_AWS_MESSAGE_BYTES}")
         request = {"Source": source, "DetailType": m.type, "Detail": detail, "EventBusName": bus}
+        trace_header = traceparent_to_xray(stored.get(TRACEPARENT, ""))
+        if trace_header:
+            request["TraceHeader"] = trace_header  # EventBridge takes the X-Ray form only
         # A source the message chose and IAM refuses is that message's fault, not the relay's.
         e = Entry(m, request, size, destination=bus, own_destination=own,
                   chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from ...models import RedisOnFull, RedisTrim
+from ...models import RedisFormat, RedisOnFull, RedisTrim
 from ...urls import check_redis_url
 
 
@@ -43,6 +43,13 @@ class RedisSettings(BaseSettings):
     redis_on_full: RedisOnFull = RedisOnFull.HOLD
     """OUTBOX_REDIS_ON_FULL: with `acknowledged`, a stream at its bound because a group lags:
     hold (publish nothing more to it, attempts refunded) | trim (trim anyway, count the loss)."""
+    redis_format: RedisFormat = RedisFormat.FIELDS
+    """OUTBOX_REDIS_FORMAT: fields (id, type, key, payload, …) | cloudevents (CloudEvents 1.0
+    attributes as fields: specversion, id, source, type, time, datacontenttype, subject, data)."""
+    cloudevents_source: str = Field(default="/outbox-relay", min_length=1, max_length=512,
+                                    pattern=r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")
+    """OUTBOX_CLOUDEVENTS_SOURCE: the CloudEvents `source` of every entry with
+    OUTBOX_REDIS_FORMAT=cloudevents, a URI reference (RFC 3986 characters, no spaces)."""
     redis_wait_replicas: int = Field(default=0, ge=0, le=5)
     """Replicas that must acknowledge a batch's writes (WAIT) before it is recorded delivered."""
     redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
