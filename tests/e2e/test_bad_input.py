@@ -139,6 +139,10 @@ ENV: dict[str, list[Bad]] = {
     "OUTBOX_REDIS_IAM_SERVERLESS": [Bad("perhaps", "true or false")],
     "OUTBOX_REDIS_TRIM": [Bad("acknowledged", "OUTBOX_REDIS_MAXLEN")],
     "OUTBOX_REDIS_ON_FULL": [Bad("drop", "'hold' or 'trim'")],
+    # Issue 26: the entry layout and the CloudEvents source
+    "OUTBOX_REDIS_FORMAT": [Bad("json", "'fields' or 'cloudevents'"), Bad("CloudEvents", "'fields' or 'cloudevents'")],
+    "OUTBOX_CLOUDEVENTS_SOURCE": [Bad("my shop", "URI reference"),
+                                  Bad("https://shop.example/" + "o" * 600, "URI reference")],
     "OUTBOX_REDIS_WAIT_REPLICAS": [Bad("6", "less than or equal to 5")],
     "OUTBOX_REDIS_WAIT_TIMEOUT_MS": [Bad("5000", "OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS",
                                          env={"OUTBOX_REDIS_WAIT_REPLICAS": "1"})],
