@@ -22,10 +22,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util._once import Once
 from sqlalchemy import text
 
-from outbox_relay import runtime
-from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_events_bulk
+from outbox_relay import runtime, tracing
+from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_events_bulk, enqueue_sqs
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 from outbox_tools.local_ses import LocalSesServer
+from support.aws_harness import aws_client, aws_endpoint, moto_server, unique  # noqa: F401 (fixtures)
 
 ROOT = project_root()
 REDIS_EVENT = json.loads((ROOT / "events" / "relay-redis-scheduler.json").read_text())
@@ -186,3 +187,31 @@ def test_without_opentelemetry_the_lambda_xray_header_is_carried_and_nothing_is_
         stored = conn.execute(text("SELECT b.headers FROM outbox_message m JOIN outbox_message_body b USING (message_id) "
                                    "WHERE m.channel = 'ses'")).scalar_one()
     assert stored == {"traceparent": "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"}
+
+
+def test_an_sqs_message_carries_the_context_as_an_attribute_where_it_fits(
+        relay_env, aws_endpoint, app_engine, monkeypatch):  # noqa: F811 (fixture)
+    # Given a queue, and two messages enqueued in a Lambda invocation traced by X-Ray: one with
+    # room among its attributes, one whose seven headers leave none
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
+    monkeypatch.setattr(tracing, "_otel", False)  # the X-Ray header, whatever this process imported
+    sqs = aws_client("sqs", aws_endpoint)
+    url = sqs.create_queue(QueueName=unique("trace"))["QueueUrl"]
+    full = {f"h{i}": "v" for i in range(7)}
+    with app_engine.begin() as conn:
+        roomy = str(enqueue_sqs(conn, type="order.placed", payload={"n": 1}))
+        crowded = str(enqueue_sqs(conn, type="order.placed", payload={"n": 2}, key="k", headers=full))
+    # When the SQS relay runs
+    monkeypatch.setenv("OUTBOX_CHANNEL", "sqs")
+    monkeypatch.setenv("OUTBOX_SQS_QUEUE_URL", url)
+    assert load_handler("relay")({**SES_EVENT, "channel": "sqs"}, LocalContext(60))["delivered"] == 2
+    # Then the first message has a traceparent attribute, and the second is sent with its ten (seven its own)
+    got = {}
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"],
+                                       WaitTimeSeconds=0).get("Messages", []):
+        for m in batch:
+            values = {k: v["StringValue"] for k, v in m["MessageAttributes"].items()}
+            got[values["outbox-message-id"]] = values
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert got[roomy]["traceparent"] == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    assert "traceparent" not in got[crowded] and len(got[crowded]) == 10
