@@ -6,6 +6,7 @@ nothing of OpenTelemetry is imported."""
 from __future__ import annotations
 
 import email
+import io
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util._once import Once
 from sqlalchemy import text
 
+from outbox_relay import observability as obs
 from outbox_relay import runtime, tracing
 from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_events_bulk, enqueue_sqs
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
@@ -215,3 +217,32 @@ def test_an_sqs_message_carries_the_context_as_an_attribute_where_it_fits(
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     assert got[roomy]["traceparent"] == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
     assert "traceparent" not in got[crowded] and len(got[crowded]) == 10
+
+
+@pytest.fixture
+def log_stream():
+    """Everything the Powertools logger writes during the test."""
+    stream = io.StringIO()
+    handler = obs.logger.registered_handler
+    previous = handler.setStream(stream)
+    yield stream
+    handler.setStream(previous)
+
+
+def test_a_dead_letter_is_logged_with_its_message_and_trace_ids_and_nothing_personal(
+        relay_env, app_engine, redis_client, redis_prefix, log_stream, capsys):
+    # Given a traced event for a key that holds a string (every XADD to it fails: the message's fault)
+    stream = redis_prefix + "users"
+    redis_client.set(stream, "not a stream")
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with app_engine.begin() as conn:
+        mid = enqueue_event(conn, stream=stream, type="user.signed_up", headers={"traceparent": traceparent},
+                            payload={"email": "jiwoo.park@example.com", "name": "박지우"})
+    # When the relay runs
+    assert load_handler("relay")(REDIS_EVENT, LocalContext(60))["dead"] == 1
+    # Then one line says it was dead-lettered, with its message id, trace id and error class only
+    out = capsys.readouterr().out + log_stream.getvalue()
+    (line,) = [json.loads(x) for x in out.splitlines() if '"message dead-lettered"' in x]
+    assert (line["message_id"], line["trace_id"], line["error_class"]) == \
+        (str(mid), "4bf92f3577b34da6a3ce929d0e0e4736", "permanent")
+    assert "jiwoo.park@example.com" not in out and "박지우" not in out and "WRONGTYPE" not in json.dumps(line)
