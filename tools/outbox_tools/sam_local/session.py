@@ -27,6 +27,9 @@ from .sam import Invocation, StartLambda, invoke
 DEFAULT_EVENTS = {
     "RelayRedisFunction": "relay-redis-scheduler.json",
     "RelaySesFunction": "relay-ses-scheduler.json",
+    "RelaySqsFunction": "relay-sqs-scheduler.json",
+    "RelaySnsFunction": "relay-sns-scheduler.json",
+    "RelayEventBridgeFunction": "relay-eventbridge-scheduler.json",
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
 }
