@@ -239,3 +239,16 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
     else:
         assert len(request.getfixturevalue("ses").sent_messages()) == 3
     assert_emf_matches_the_template(emf_documents(proc.stderr), channel, namespace="OutboxRelay/prod")
+
+
+def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
+    # Given moto emptied, when outbox local's bridges prepare it
+    from outbox_tools.sam_local.bridges import create_aws_destinations
+    from support.aws_downstream import BUS, QUEUE_NAME, TOPIC_ARN, client
+
+    create_aws_destinations(ROOT, ses.url, ses.region)
+    create_aws_destinations(ROOT, ses.url, ses.region)  # twice: as start-lambda and invoke may
+    # Then each relay's gate call finds its destination
+    client("sqs", ses.url).get_queue_url(QueueName=QUEUE_NAME)
+    client("sns", ses.url).get_topic_attributes(TopicArn=TOPIC_ARN)
+    client("events", ses.url).describe_event_bus(Name=BUS)

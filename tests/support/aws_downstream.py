@@ -60,7 +60,7 @@ class Downstream:
             sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
         else:
             events = client("events", endpoint_url)
-            if BUS != "default":
+            if BUS != "default" and not events.list_event_buses(NamePrefix=BUS)["EventBuses"]:
                 events.create_event_bus(Name=BUS)
             # The relay's source when a message names none (the template's EventBridgeSource default).
             events.put_rule(Name="outbox-reader", EventBusName=BUS, EventPattern=json.dumps({"source": [SOURCE]}))
