@@ -27,6 +27,9 @@ from .sam import Invocation, StartLambda, invoke
 DEFAULT_EVENTS = {
     "RelayRedisFunction": "relay-redis-scheduler.json",
     "RelaySesFunction": "relay-ses-scheduler.json",
+    "RelaySqsFunction": "relay-sqs-scheduler.json",
+    "RelaySnsFunction": "relay-sns-scheduler.json",
+    "RelayEventBridgeFunction": "relay-eventbridge-scheduler.json",
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
 }
@@ -108,7 +111,8 @@ class Session:
                               "pip install -e '.[dev]' in the checkout") from None
         a = self.bridges.addresses
         self.echo(f"containers reach PostgreSQL at {_where(a.postgres)}, Redis at {_where(a.redis)}, "
-                  f"SES (moto) at {_where(a.moto)}, CloudFormation's response URL at {self.bridges.cfn.url('/')}")
+                  f"moto (SES, SQS, SNS, EventBridge) at {_where(a.moto)}, CloudFormation's response URL at "
+                  f"{self.bridges.cfn.url('/')}")
         return self.bridges
 
     def _migrate(self, database_url: str) -> None:
