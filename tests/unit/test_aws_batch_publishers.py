@@ -525,3 +525,10 @@ def test_an_unexpected_error_in_a_call_is_transient_for_its_entries_and_the_othe
     assert raised is None
     assert results[2].error_class is ErrorClass.TRANSIENT and results[2].error == "sqs: KeyError"
     assert results[1].ok and results[3].ok and len(recorded) == 2
+
+
+def test_eventbridge_an_event_naming_the_relays_own_bus_stops_the_batch_when_it_is_missing():
+    # Naming the relay's own bus is no choice of the message's: its refusal is the relay's
+    client = StubEvents(answer=lambda entries: ["ResourceNotFoundException"] * len(entries))
+    results, _, raised = deliver(EventBridgePublisher(client, bus="relay-bus"), [message(1, destination="relay-bus")])
+    assert isinstance(raised, StopBatch) and results == {}

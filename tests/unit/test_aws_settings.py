@@ -120,3 +120,24 @@ def test_a_margin_below_four_seconds_is_refused_naming_it(env, channel, build, v
     with pytest.raises(ConfigurationError) as info:
         getattr(importlib.import_module(module), name)(load_settings(), client=object())
     assert info.value.variable == "OUTBOX_DEADLINE_MARGIN_SECONDS" and "at least 4s" in str(info.value)
+
+
+@pytest.mark.parametrize(("variable", "value", "ok"), [
+    # Names count ".fifo" within their limit: 80 characters for a queue, 256 for a topic.
+    ("OUTBOX_SQS_QUEUE_URL", QUEUE.rsplit("/", 1)[0] + "/" + "q" * 80, True),
+    ("OUTBOX_SQS_QUEUE_URL", QUEUE.rsplit("/", 1)[0] + "/" + "q" * 81, False),
+    ("OUTBOX_SQS_QUEUE_URL", QUEUE.rsplit("/", 1)[0] + "/" + "q" * 75 + ".fifo", True),
+    ("OUTBOX_SQS_QUEUE_URL", QUEUE.rsplit("/", 1)[0] + "/" + "q" * 76 + ".fifo", False),
+    ("OUTBOX_SNS_TOPIC_ARN", TOPIC.rsplit(":", 1)[0] + ":" + "t" * 256, True),
+    ("OUTBOX_SNS_TOPIC_ARN", TOPIC.rsplit(":", 1)[0] + ":" + "t" * 251 + ".fifo", True),
+    ("OUTBOX_SNS_TOPIC_ARN", TOPIC.rsplit(":", 1)[0] + ":" + "t" * 252 + ".fifo", False),
+])
+def test_queue_and_topic_names_are_held_to_their_services_lengths(env, variable, value, ok):
+    env.setenv("OUTBOX_CHANNEL", "sqs" if "SQS" in variable else "sns")
+    env.setenv(variable, value)
+    if ok:
+        load_settings()
+    else:
+        with pytest.raises(ConfigurationError) as info:
+            load_settings()
+        assert info.value.variable == variable

@@ -64,7 +64,8 @@ class EventBridgePublisher(AwsBatchPublisher):
         self.client.describe_event_bus(Name=self.bus)
 
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
-        own = m.destination == DEFAULT_DESTINATION
+        # Naming the relay's own bus is not a choice of the message's: a refusal stops the batch.
+        own = m.destination in (DEFAULT_DESTINATION, self.bus)
         bus = self.bus if own else m.destination
         stored = json.loads(m.headers_json) if m.headers_json else {}
         chosen_source = stored.get("source")
