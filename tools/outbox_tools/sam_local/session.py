@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from outbox_relay.publishers.registry import CHANNELS
+
 from .bridges import Bridges, database_target, redis_target
 from .build import (
     HOST_ARCHITECTURE,
@@ -25,11 +27,7 @@ from .sam import Invocation, StartLambda, invoke
 
 #: The sample in events/ each function runs on when no --event is given.
 DEFAULT_EVENTS = {
-    "RelayRedisFunction": "relay-redis-scheduler.json",
-    "RelaySesFunction": "relay-ses-scheduler.json",
-    "RelaySqsFunction": "relay-sqs-scheduler.json",
-    "RelaySnsFunction": "relay-sns-scheduler.json",
-    "RelayEventBridgeFunction": "relay-eventbridge-scheduler.json",
+    **{f"Relay{spec.template_prefix}Function": f"relay-{spec.channel.value}-scheduler.json" for spec in CHANNELS},
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
 }
