@@ -26,7 +26,7 @@ from . import payloads, report
 from .env import BenchEnv, machine_info
 
 SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "recovery",
-            "growth", "memory", "ses")
+            "growth", "memory", "ses", "sqs", "sns", "eventbridge")
 
 
 def _ints(value: str) -> list[int]:
@@ -98,6 +98,9 @@ class Config:
                             many_pending=100_000, claims=500, claim_batch=100))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
+        self.aws = dict(n=n or (100 if quick else 3_000),
+                        batch_size=max(self.batch_sizes) if batch_sizes else (100 if quick else 1000),
+                        rounds=1 if quick else 3)
         self.recovery = dict(n=n or (2_000 if quick else 100_000),
                              batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
                              rounds=1 if quick else 2)
@@ -153,6 +156,9 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "growth": lambda: _growth(env, cfg, console),
             "memory": lambda: _memory(env, cfg, console),
             "ses": lambda: _ses(env, cfg, console),
+            "sqs": lambda: _aws(env, cfg, console, "sqs"),
+            "sns": lambda: _aws(env, cfg, console, "sns"),
+            "eventbridge": lambda: _aws(env, cfg, console, "eventbridge"),
             "instructions": lambda: _instructions(env, cfg, console),
             "phases": lambda: _phases(env, cfg, console),
             "redis": lambda: _redis(env, cfg, console),
@@ -338,6 +344,19 @@ def _ses(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     return result
 
 
+def _aws(env: BenchEnv, cfg: Config, console: Console, channel: str) -> dict[str, Any]:
+    from .aws_channels import run_aws_channel
+
+    result = run_aws_channel(env, channel, **cfg.aws)
+    for r in result["runs"]:
+        m, d = r["minimal"], r["relay"]
+        console.print(f"  {r['variant']:>8}: relay {d['messages_per_second']:,.1f} msg/s, minimal loop "
+                      f"{m['messages_per_second']:,.1f} msg/s ({r['vs_minimal']:.2f}x); {d['calls_per_batch']} "
+                      f"{result['service']} calls and {d['statements_per_batch']} statements per batch"
+                      f"{'' if r['check']['ok'] else ' (check FAILED)'}")
+    return result
+
+
 def _instructions(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     from .instructions import run_instructions
 
@@ -453,7 +472,7 @@ def _checks_ok(section: dict[str, Any]) -> bool:
 
 
 _make("all", SECTIONS, "Every section: limit, drain, latency, ordering, batches, baseline, phases, concurrency, "
-      "recovery, growth, memory, SES.")
+      "recovery, growth, memory, SES, SQS, SNS, EventBridge.")
 _make("limit", ("limit",), "The minimal loop (claim 1,000, pipelined XADD, one UPDATE), one process and two.")
 _make("drain", ("limit", "drain"), "The minimal loop, then drain mode in one invocation at batch 100 and 1,000 "
       "(or --batch-sizes) and in two at once, as ratios to it; the two entry layouts (OUTBOX_REDIS_FORMAT) "
@@ -478,6 +497,12 @@ _make("recovery", ("recovery",), "Recovery after a fleet-wide crash: 4 drain-mod
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
+for _channel, _what in (("sqs", "SQS through moto (standard and FIFO queues)"),
+                        ("sns", "SNS through moto (standard and FIFO topics)"),
+                        ("eventbridge", "EventBridge through moto (a bus)")):
+    _make(_channel, (_channel,), f"{_what}: drain-mode msg/s as a ratio to the channel's minimal loop on the same "
+          "server, HTTP calls and statements per batch.")
+_make("aws", ("sqs", "sns", "eventbridge"), "SQS, SNS and EventBridge through one moto server, in one run.")
 _make("redis", ("redis",), "Redis as on AWS, on servers of its own: one node vs a cluster of 3 primaries, WAIT 1 vs "
       "none (batch 1,000 over 100 streams, 20,000 messages), a primary killed mid-drain with WAIT 1; not part of all.")
 _make("instructions", ("instructions",), "Relay-process instructions per message (valgrind callgrind; "
@@ -517,6 +542,14 @@ def docs(path: Path) -> None:
     """Write docs/benchmark.md again from a results file (after editing bench/method.md)."""
     written = report.write_docs(report.json.loads(path.read_text()))
     click.echo(f"{written} written from {path}")
+
+
+@main.command(name="aws-server", hidden=True)
+def aws_server() -> None:
+    """(internal) moto in server mode for the SQS, SNS and EventBridge sections (see bench/aws_channels.py)."""
+    from .aws_channels import serve
+
+    serve()
 
 
 @main.command(name="memory-probe", hidden=True)

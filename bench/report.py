@@ -194,6 +194,17 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         None if frac is None else f"{frac:.1%} (busiest second {ses.get('busiest_second')})",
         None if frac is None else (frac >= TARGETS["ses_fraction_of_max_send_rate"]
                                    and ses.get("busiest_second", 0) <= ses.get("max_send_rate", 0)))
+    for channel in AWS_CHANNELS:
+        section = results.get(channel)
+        if not section or not section.get("runs"):
+            continue
+        relayed = [r["relay"] for r in section["runs"]]
+        add(f"{section['service']} through moto: every message accepted once, in its key's order, no call over "
+            "10 entries or 256 KiB", "all runs checked",
+            "; ".join(f"{_aws_variant(r)}: {r['relay']['max_entries_per_call']} entries, "
+                      f"{r['relay']['max_bytes_per_call']:,} bytes at most, {r['relay']['check']['out_of_order']} "
+                      f"out of order" for r in section["runs"]),
+            all(r["check"]["ok"] for r in section["runs"]) and all(d["check"]["ok"] for d in relayed))
     rd = results.get("redis", {})
     if rd.get("runs"):
         value = rd.get("cluster_vs_single")
@@ -440,6 +451,24 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_fmt(ses["messages"]), _fmt(ses["sends_per_second"]), f"{ses['fraction_of_max_send_rate']:.3f}",
                   _fmt(ses["busiest_second"]), _fmt(ses["invocations"]), "ok" if ses["check"]["ok"] else "FAILED")
         console.print(t)
+    for channel in AWS_CHANNELS:
+        section = results.get(channel)
+        if not section:
+            continue
+        t = Table(title=f"{_aws_title(section)}; msg/s {_aws_rounds(section)}")
+        for col in ("variant", "relay msg/s", "minimal loop", "× minimal", "× limit", "calls/batch",
+                    "entries/call", "stmts/batch", "max entries", "max bytes", "out of order", "check"):
+            t.add_column(col, justify="right")
+        reference = limit_rate(results, section)
+        for r in section["runs"]:
+            d, m = r["relay"], r["minimal"]
+            t.add_row(_aws_variant(r), _fmt(d["messages_per_second"]), _fmt(m["messages_per_second"]),
+                      _times(r["vs_minimal"]), ratio(d["messages_per_second"], reference),
+                      _aws_calls(section, d), _fmt(d["entries_per_call"]), _fmt(d["statements_per_batch"]),
+                      _fmt(d["max_entries_per_call"]), _fmt(d["max_bytes_per_call"]),
+                      f"{d['check']['out_of_order']} ({m['check']['out_of_order']})",
+                      "ok" if r["check"]["ok"] else "FAILED")
+        console.print(t)
     rd = results.get("redis")
     if rd and rd.get("runs"):
         t = Table(title=f"Redis as on AWS: drain mode, batch {rd['batch_size']:,}, {rd['messages']:,} messages "
@@ -537,6 +566,45 @@ def _when(section: dict[str, Any]) -> str:
     if not section.get("started_at"):
         return ""
     return f"; run {section['started_at']}, load average {section.get('load_average_at_start')}"
+
+
+AWS_CHANNELS = ("sqs", "sns", "eventbridge")
+
+
+def _aws_title(section: dict[str, Any]) -> str:
+    return (f"{section['service']} through moto: {section['messages']:,} messages, batch {section['batch_size']:,}, "
+            f"{section['operation']} calls of up to 10, {section['concurrency']} at once")
+
+
+def _aws_rounds(section: dict[str, Any]) -> str:
+    rounds = section.get("rounds", 1)
+    return "of one round" if rounds == 1 else f"medians of {rounds} interleaved rounds"
+
+
+def _aws_variant(run: dict[str, Any]) -> str:
+    if run["variant"] == "fifo":
+        return f"FIFO, {run['keys']:,} keys" if run.get("keys") else "FIFO"
+    return "standard" if run.get("keys") is None else f"standard, {run['keys']:,} keys"
+
+
+def _aws_calls(section: dict[str, Any], run: dict[str, Any]) -> str:
+    """Calls per batch: all of them, then the batch operation's share."""
+    return f"{_fmt(run['calls_per_batch'])} ({_fmt(run['batch_calls_per_batch'])} {section['operation']})"
+
+
+def aws_summary(results: dict[str, Any]) -> str | None:
+    """One sentence on the AWS channels' drain, for the README's modes block (None when not measured)."""
+    parts = []
+    for channel in AWS_CHANNELS:
+        section = results.get(channel)
+        if section and section.get("runs"):
+            parts.append(f"{section['service']} " + ", ".join(
+                f"{_times(r['vs_minimal'])} ({_aws_variant(r)})" for r in section["runs"]))
+    if not parts:
+        return None
+    return ("Drain throughput is the Redis channel's; through moto, which answers faster than AWS, the other relays "
+            "drain at " + "; ".join(parts) + " their channel's minimal loop (`python -m bench sqs`, `sns`, "
+            "`eventbridge`).")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -706,6 +774,30 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{ses['sends_per_second']:.1f} sends/s = {ses['fraction_of_max_send_rate']:.1%} of the rate; "
                    f"busiest one-second window {ses['busiest_second']} sends; {ses['messages']} emails.")
         out.append("")
+    for channel in AWS_CHANNELS:
+        section = results.get(channel)
+        if not section:
+            continue
+        out.append(f"{_aws_title(section)} (`python -m bench {channel}`; drain mode, one invocation of the real "
+                   f"handler; msg/s {_aws_rounds(section)}, as a ratio to the channel's "
+                   f"minimal loop on the same moto server, which answers faster than AWS: the ratios are the "
+                   f"figures{_when(section)}):")
+        out.append("")
+        out.append("| variant | relay msg/s | minimal loop msg/s | × minimal loop | × Redis minimal loop | batches "
+                   f"| {section['service']} calls per batch | entries per call | statements per batch "
+                   "| most entries, bytes in a call | out of order: relay (minimal loop) | CPU µs/msg: relay, moto |")
+        out.append("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|")
+        reference = limit_rate(results, section)
+        for r in section["runs"]:
+            d, m = r["relay"], r["minimal"]
+            cpu = d.get("cpu_us_per_message", {})
+            out.append(f"| {_aws_variant(r)} | {_fmt(d['messages_per_second'])} | {_fmt(m['messages_per_second'])} "
+                       f"| {_times(r['vs_minimal'])} | {ratio(d['messages_per_second'], reference)} "
+                       f"| {_fmt(d['batches'])} | {_aws_calls(section, d)} | {_fmt(d['entries_per_call'])} "
+                       f"| {_fmt(d['statements_per_batch'])} | {d['max_entries_per_call']}, "
+                       f"{d['max_bytes_per_call']:,} | {d['check']['out_of_order']} ({m['check']['out_of_order']}) "
+                       f"| {_fmt(cpu.get('client'))}, {_fmt(cpu.get('moto'))} |")
+        out.append("")
     rd = results.get("redis")
     if rd and rd.get("runs"):
         out.append(f"Redis as on AWS (`python -m bench redis`, servers of the section's own on loopback: a primary "
@@ -853,7 +945,8 @@ def modes_table(results: dict[str, Any]) -> str:
     out += ["", f"Per channel, at the template's defaults (`rate(1 minute)`, {FUNCTION_MEMORY_GB * 1024:.0f} MB, "
                 f"a {FUNCTION_TIMEOUT_SECONDS} s timeout, batch {BATCH_SIZE}); measured on this project's 2-core "
                 f"benchmark machine ([docs/benchmark.md](docs/benchmark.md)"
-                + ("" if entry is None else f"; latency mode {entry['label']}" + _when(entry)) + ").", "",
+                + ("" if entry is None else f"; latency mode {entry['label']}" + _when(entry)) + ")."
+                + ("" if aws_summary(results) is None else " " + aws_summary(results)), "",
             MODES_END]
     return "\n".join(out)
 
