@@ -2,7 +2,8 @@
 
 Not a timed assertion: it checks that every section ran, that its correctness
 checks held (everything delivered once, plans on the partial indexes, SES
-within MaxSendRate), that statements and Redis round trips per batch do not
+within MaxSendRate, SQS, SNS and EventBridge calls within 10 entries and
+256 KiB and in each key's order), that statements and Redis round trips per batch do not
 grow with the batch size, and that the bench cleans up after itself.
 """
 
@@ -94,7 +95,33 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["runs"])
     ses = results["ses"]
     assert ses["check"]["ok"] and ses["busiest_second"] <= ses["max_send_rate"]
+    # SQS, SNS and EventBridge through a moto server: the channel's minimal loop and the relay, batch 100
+    gates = {"sqs": "GetQueueAttributes", "sns": "GetTopicAttributes", "eventbridge": "DescribeEventBus"}
+    for channel, gate in gates.items():
+        section = results[channel]
+        assert section["batch_size"] == 100 and section["rounds"] == 1
+        assert [r["variant"] for r in section["runs"]] == (["standard"] if channel == "eventbridge"
+                                                           else ["standard", "fifo"])
+        for r in section["runs"]:
+            relayed, minimal = r["relay"], r["minimal"]
+            assert r["check"]["ok"] and relayed["delivered"] == minimal["delivered"] == 300 and r["vs_minimal"] > 0
+            assert relayed["batches"] == minimal["batches"] == 3
+            calls = relayed["calls_by_operation"]
+            # the gate's probe once (at most every 10 s), then the batch calls: 10 entries each without keys;
+            # with 1,000 keys a key's second message in a batch waits for a later call
+            assert calls[gate] == 1 and set(calls) == {gate, section["operation"]}
+            assert relayed["check"]["server_calls"] == calls[section["operation"]]
+            assert relayed["max_entries_per_call"] <= 10 and relayed["max_bytes_per_call"] <= 256 * 1024
+            if r["variant"] == "standard":
+                assert calls[section["operation"]] == 30 and relayed["entries_per_call"] == 10
+            else:
+                assert calls[section["operation"]] > 30 and relayed["check"]["out_of_order"] == 0
+            # per batch a claim and one outcome write per call; besides, the claim that finds nothing
+            assert round(relayed["statements_per_batch"] * 3) == calls[section["operation"]] + 3 + 1
     targets = {t["target"]: t for t in results["targets"]}
+    assert all(targets[f"{service} through moto: every message accepted once, in its key's order, no call over 10 "
+                       "entries or 256 KiB"]["met"] for service in ("SQS", "SNS", "EventBridge"))
+    assert "SQS through moto" in proc.stdout and "EventBridge through moto" in proc.stdout
     assert targets["Round trips per batch constant over batch sizes"]["met"]
     assert targets["Ordering keys: one key for every message (reported, order checked)"]["met"]
     assert "Ordering keys: 10,000 keys vs none, one invocation, batch 100" in targets
