@@ -85,7 +85,7 @@ class Config:
         self.limit_batch = 1000
         self.drain_batch_sizes = _ints(batch_sizes) if batch_sizes else [100, 1000]
         self.ordering = dict(batch_size=max(self.batch_sizes) if batch_sizes else 1000, key_counts=[10_000, 100, 1],
-                             rounds=1 if quick else 3)
+                             rounds=1 if quick else 5)
         self.latency = dict(
             rates=_ints(rates) if rates else ([100, 1000] if quick else [100, 1000, 10000]),
             seconds=latency_seconds or (8.0 if quick else 130.0),
@@ -100,7 +100,7 @@ class Config:
         self.ses_n = 30 if quick else 500
         self.aws = dict(n=n or (100 if quick else 3_000),
                         batch_size=max(self.batch_sizes) if batch_sizes else (100 if quick else 1000),
-                        rounds=1 if quick else 3)
+                        rounds=1 if quick else 5)
         self.recovery = dict(n=n or (2_000 if quick else 100_000),
                              batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
                              rounds=1 if quick else 2)
