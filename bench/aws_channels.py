@@ -29,7 +29,10 @@ Per channel and variant (standard, keyless; FIFO, each message with one of
 - *the relay*: the real handler (`handler.relay`) with ``OUTBOX_CHANNEL`` set,
   in drain mode, one invocation over the backlog. Every HTTP call its client
   sends is counted (a botocore ``before-send`` hook), by operation, and so are
-  its database statements; per batch = count / batches.
+  its database statements; per batch = count / batches. The outcome writes
+  (`LeaseStore.record`, one statement each) are timed: how many per batch, the
+  median, and their sum as a share of the drain's wall time (they run on the
+  invocation's thread, between the calls it starts).
 
 Each over a freshly enqueued backlog, alternately first, in `rounds` rounds; the
 medians are compared. CPU per message of the relay's process, the loop's and moto's
@@ -43,6 +46,7 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -444,6 +448,28 @@ class CallCounter:
         self.client.meta.events.unregister("before-send", self._on_send)
 
 
+@contextlib.contextmanager
+def _timed_outcome_writes() -> Iterator[list[float]]:
+    """The seconds of each outcome write (`LeaseStore.record`) made inside the block."""
+    from outbox_relay.store import LeaseStore
+
+    original = LeaseStore.record
+    seconds: list[float] = []
+
+    def record(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    LeaseStore.record = record  # type: ignore[method-assign]
+    try:
+        yield seconds
+    finally:
+        LeaseStore.record = original  # type: ignore[method-assign]
+
+
 def _order_violations(env: BenchEnv, accepted: list[list[Any]]) -> tuple[int, int]:
     """(messages accepted out of their key's seq order, distinct message ids) from the
     server's record; keys from the table."""
@@ -506,9 +532,10 @@ def _relay_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, *,
         warm(r)
         counter = CallCounter(r.deps.publisher.client)
         server.take()
-        cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
-        result = r.invoke()
-        wall = time.perf_counter() - started
+        with _timed_outcome_writes() as writes:
+            cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
+            result = r.invoke()
+            wall = time.perf_counter() - started
         client_cpu, cpu1 = time.process_time() - client0, server.cpu_seconds()
         statements = r.statements.take()
         calls = counter.take()
@@ -527,6 +554,9 @@ def _relay_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, *,
         "batch_calls_per_batch": round(calls.get(operation, 0) / batches, 2),
         "entries_per_call": round(record["entries"] / record["calls"], 2) if record["calls"] else None,
         "max_entries_per_call": record["max_entries"], "max_bytes_per_call": record["max_bytes"],
+        "outcome_writes": {"per_batch": round(len(writes) / batches, 2),
+                           "median_ms": round(statistics.median(writes) * 1000, 2) if writes else None,
+                           "share_of_wall": round(sum(writes) / wall, 3) if wall else None},
         "cpu_us_per_message": {"client": _us(client_cpu, 0.0, delivered), "moto": _us(cpu1, cpu0, delivered)},
         "check": {"accepted": record["entries"], "distinct_ids": ids, "rows_delivered": counts.get("delivered", 0),
                   "server_calls": record["calls"], "client_batch_calls": calls.get(operation, 0),

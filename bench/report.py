@@ -587,6 +587,14 @@ def _aws_variant(run: dict[str, Any]) -> str:
     return "standard" if run.get("keys") is None else f"standard, {run['keys']:,} keys"
 
 
+def _outcome_writes(run: dict[str, Any]) -> str:
+    w = run.get("outcome_writes")
+    if not w:
+        return "–"
+    share = "–" if w["share_of_wall"] is None else f"{w['share_of_wall']:.0%}"
+    return f"{_fmt(w['per_batch'])}, {_fmt(w['median_ms'])} ms, {share}"
+
+
 def _aws_calls(section: dict[str, Any], run: dict[str, Any]) -> str:
     """Calls per batch: all of them, then the batch operation's share."""
     return f"{_fmt(run['calls_per_batch'])} ({_fmt(run['batch_calls_per_batch'])} {section['operation']})"
@@ -785,9 +793,10 @@ def markdown(results: dict[str, Any]) -> str:
         out.append("")
         out.append("| variant | relay msg/s | minimal loop msg/s | × minimal loop | × Redis minimal loop | batches "
                    f"| {section['service']} calls per batch | entries per call | statements per batch "
+                   "| outcome writes per batch, ms each (median), share of the wall "
                    "| most entries, bytes in a call | out of order: relay (minimal loop) "
                    "| CPU µs/msg: relay (minimal loop) | moto's CPU µs/msg: relay (minimal loop) |")
-        out.append("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|")
+        out.append("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|---|")
         reference = limit_rate(results, section)
         for r in section["runs"]:
             d, m = r["relay"], r["minimal"]
@@ -795,7 +804,7 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {_aws_variant(r)} | {_fmt(d['messages_per_second'])} | {_fmt(m['messages_per_second'])} "
                        f"| {_times(r['vs_minimal'])} | {ratio(d['messages_per_second'], reference)} "
                        f"| {_fmt(d['batches'])} | {_aws_calls(section, d)} | {_fmt(d['entries_per_call'])} "
-                       f"| {_fmt(d['statements_per_batch'])} | {d['max_entries_per_call']}, "
+                       f"| {_fmt(d['statements_per_batch'])} | {_outcome_writes(d)} | {d['max_entries_per_call']}, "
                        f"{d['max_bytes_per_call']:,} | {d['check']['out_of_order']} ({m['check']['out_of_order']}) "
                        f"| {_fmt(cpu.get('client'))} ({_fmt(loop_cpu.get('client'))}) "
                        f"| {_fmt(cpu.get('moto'))} ({_fmt(loop_cpu.get('moto'))}) |")
