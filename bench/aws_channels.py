@@ -30,7 +30,7 @@ Per channel and variant (standard, keyless; FIFO, each message with one of
   in drain mode, one invocation over the backlog. Every HTTP call its client
   sends is counted (a botocore ``before-send`` hook), by operation, and so are
   its database statements; per batch = count / batches. The outcome writes
-  (`LeaseStore.record`, one statement each) are timed: how many per batch, the
+  (`LeaseStore.record`, one statement each, one per round of calls) are timed: how many per batch, the
   median, and their sum as a share of the drain's wall time (they run on the
   invocation's thread, between the calls it starts).
 

@@ -116,10 +116,12 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
                 assert calls[section["operation"]] == 30 and relayed["entries_per_call"] == 10
             else:
                 assert calls[section["operation"]] > 30 and relayed["check"]["out_of_order"] == 0
-            # per batch a claim and one outcome write per call; besides, the claim that finds nothing
-            assert round(relayed["statements_per_batch"] * 3) == calls[section["operation"]] + 3 + 1
+            # per batch a claim and the outcome writes, one per round of calls (sooner only when a result
+            # waited a second), far fewer than the calls; besides, the claim that finds nothing
             writes = relayed["outcome_writes"]
-            assert round(writes["per_batch"] * 3) == calls[section["operation"]] and 0 < writes["share_of_wall"] < 1
+            total = round(writes["per_batch"] * 3)
+            assert 3 <= total < calls[section["operation"]] and 0 < writes["share_of_wall"] < 1
+            assert round(relayed["statements_per_batch"] * 3) == total + 3 + 1
     targets = {t["target"]: t for t in results["targets"]}
     assert all(targets[f"{service} through moto: every message accepted once, in its key's order, no call over 10 "
                        "entries or 256 KiB"]["met"] for service in ("SQS", "SNS", "EventBridge"))

@@ -532,3 +532,27 @@ def test_eventbridge_an_event_naming_the_relays_own_bus_stops_the_batch_when_it_
     client = StubEvents(answer=lambda entries: ["ResourceNotFoundException"] * len(entries))
     results, _, raised = deliver(EventBridgePublisher(client, bus="relay-bus"), [message(1, destination="relay-bus")])
     assert isinstance(raised, StopBatch) and results == {}
+
+
+def test_a_rounds_calls_are_recorded_in_one_outcome_statement():
+    # Given 25 messages without keys: one round of three calls
+    client = StubBatchClient()
+    results, recorded, raised = deliver(SqsPublisher(client, queue_url=QUEUE), [message(i) for i in range(1, 26)])
+    # Then all three calls' results are written together
+    assert raised is None and len(client.calls) == 3
+    assert len(recorded) == 1 and all(r.ok for r in results.values()) and len(results) == 25
+
+
+def test_results_that_waited_a_second_are_recorded_before_a_slow_call_ends():
+    import time
+
+    # Given a round of two calls, the second slow
+    def answer(entries):
+        if any(e["Id"] == "11" for e in entries):
+            time.sleep(1.4)
+        return {}
+
+    publisher = SqsPublisher(StubBatchClient(answer=answer), queue_url=QUEUE, max_concurrency=2)
+    results, recorded, _ = deliver(publisher, [message(i) for i in range(1, 12)])
+    # Then the first call's ten are recorded after a second, the slow call's one on its own
+    assert [len(r) for r in recorded] == [10, 1] and len(results) == 11

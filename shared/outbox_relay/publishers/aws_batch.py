@@ -32,6 +32,8 @@ from .base import BasePublisher, Deadline, RecordResults
 # A MessageGroupId is 1-128 of these ("SendMessageBatchRequestEntry").
 _GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
 
+#: Completed calls' results wait at most this long before their outcome statement, seconds.
+RECORD_INTERVAL_SECONDS = 1.0
 #: Within one invocation the gate's probe runs again after this many seconds, not before every claim.
 GATE_INTERVAL_SECONDS = 10.0
 
@@ -277,14 +279,20 @@ class AwsBatchPublisher(BasePublisher):
 
     def _run_round(self, entries: list[Entry], deadline: Deadline, record: RecordResults,
                    stopped: set[tuple[str, str]]) -> tuple[str | None, str | None] | None:
-        """Run one round's calls, at most `max_concurrency` at once; record each call's
-        results as it completes. Returns (stop reason, unavailable reason), or None when
+        """Run one round's calls, at most `max_concurrency` at once. Completed calls' results
+        are recorded together, in one outcome statement, at the round's end, or sooner once
+        the first of them has waited `RECORD_INTERVAL_SECONDS` (or the deadline's margin is
+        reached): round trips per batch stay constant, and a crash can resend at most what
+        completed in that interval. Returns (stop reason, unavailable reason), or None when
         the deadline stopped calls from starting."""
         calls = self._calls(entries)
+        by_seq = {e.message.seq: e.message for e in entries}
         pool = self._executor()
         running: set[Future[CallResult]] = set()
         halt = unavailable = None
         late = False
+        unrecorded: list[DeliveryResult] = []
+        first_done = 0.0
         i = 0
         while i < len(calls) or running:
             while i < len(calls) and len(running) < self.max_concurrency and halt is None and unavailable is None:
@@ -297,20 +305,27 @@ class AwsBatchPublisher(BasePublisher):
                 i += 1
             if not running:
                 break
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+            wait_at_most = (max(0.0, RECORD_INTERVAL_SECONDS - (self._clock() - first_done)) if unrecorded
+                            else None)
+            done, running = wait(running, timeout=wait_at_most, return_when=FIRST_COMPLETED)
             for f in done:
                 result = f.result()
                 for r in result.results:
-                    if r.seq not in result.delivered:
-                        m = next(e.message for e in entries if e.message.seq == r.seq)
-                        if m.key is not None:
-                            stopped.add((m.destination, m.key))
-                if result.results:
-                    record(result.results)
+                    m = by_seq[r.seq]
+                    if r.seq not in result.delivered and m.key is not None:
+                        stopped.add((m.destination, m.key))
+                if result.results and not unrecorded:
+                    first_done = self._clock()
+                unrecorded += result.results
                 halt = halt or result.stop
                 unavailable = unavailable or result.unavailable
+            if unrecorded and (self._clock() - first_done >= RECORD_INTERVAL_SECONDS or deadline.passed()):
+                record(unrecorded)
+                unrecorded = []
             if halt is not None or unavailable is not None:
                 i = len(calls)  # start nothing more; the calls in flight finish and are recorded
+        if unrecorded:
+            record(unrecorded)
         if late and halt is None and unavailable is None:
             return None
         return halt, unavailable
