@@ -85,6 +85,8 @@ def test_every_sample_event_is_for_a_function_of_the_template() -> None:
         elif "RequestType" in event:  # a CloudFormation custom resource request, for the migration function
             assert event["ResourceProperties"]["ServiceToken"] == event["ServiceToken"], path.name
             assert model.resources[event["LogicalResourceId"]]["Type"] == event["ResourceType"], path.name
+        elif "Records" in event:  # an SES event as its SNS destination delivers it, for the feedback function
+            assert event["Records"][0]["EventSource"] == "aws:sns", path.name
         else:
             assert event["action"] in {"maintenance", "redrive"}, path.name
     assert {"relay-redis-scheduler.json", "eventbridge-scheduled-event.json"} <= set(RELAY_EVENTS)

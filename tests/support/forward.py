@@ -1,7 +1,59 @@
 """The TCP forwarder lives with the workstation tools (`outbox local` binds one
 to the Docker bridge); the integration tests cut its connections to imitate a
-partition or a failover."""
+partition or a failover. `LosingForwarder` (tests only) loses an HTTP server's
+answers after the server has the request, as a lost SES answer is lost."""
 
-from outbox_tools.forward import Forwarder
+import socket
+import threading
+import time
 
-__all__ = ["Forwarder"]
+from outbox_tools.forward import Forwarder, _end
+
+__all__ = ["Forwarder", "LosingForwarder"]
+
+
+class LosingForwarder(Forwarder):
+    """A forwarder in front of an HTTP server (moto) that loses the answers to the
+    next `lose` requests after the server has them: ``drop`` ends the client's
+    connection when the answer comes (the connection dropped after the request
+    went out), ``late`` holds the answer for `late_seconds` (past the client's
+    read timeout) before passing it on. Later requests pass through."""
+
+    def __init__(self, target_host: str, target_port: int, *, mode: str = "drop", lose: int = 1,
+                 late_seconds: float = 2.0) -> None:
+        super().__init__("127.0.0.1", target_host, target_port)
+        if mode not in ("drop", "late"):
+            raise ValueError("mode must be drop or late")
+        self.mode, self.lose, self.late_seconds = mode, lose, late_seconds
+        self.lost = 0
+        self._lose_lock = threading.Lock()
+
+    def _take_one(self) -> bool:
+        with self._lose_lock:
+            if self.lose <= 0:
+                return False
+            self.lose -= 1
+            self.lost += 1
+            return True
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            answers = source.getpeername() == self.target  # the server's side: what it says is an answer
+        except OSError:
+            answers = False
+        if not answers:
+            return super()._pump(source, sink)
+        try:
+            while chunk := source.recv(65536):
+                if self._take_one():
+                    if self.mode == "drop":
+                        break
+                    time.sleep(self.late_seconds)  # the client has timed out and gone by then
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                _end(sock)
+                with self._lock:
+                    self._open.discard(sock)
