@@ -98,6 +98,8 @@ def parse_record(record: Any, where: str = "Records[0]") -> FeedbackEvent | obje
 def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEvent | object:
     """One SES event object (the SNS message's JSON)."""
     kind = message.get("eventType")
+    if not isinstance(kind, str):
+        kind = None
     if kind in IGNORED_TYPES:
         return IGNORED
     if kind not in EVENT_TYPES:
