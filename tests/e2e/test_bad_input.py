@@ -320,6 +320,14 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(("purge",), "--delivered-older-than", "P99999999Y", "--delivered-older-than"),
         BadOption(("purge",), "--dead-older-than", "99999999999999d", "--dead-older-than"),
         BadOption(("purge",), "--batch-size", "0", "--batch-size"),
+        # SES feedback's commands (issue 25)
+        BadOption(("show",), "MESSAGE_ID", "nope", "MESSAGE_ID"),
+        BadOption(("suppression", "add"), "ADDRESS", "not an address", "ADDRESS"),
+        BadOption(("suppression", "add"), "--note", "x" * 201, "--note", extra=("a@example.net",)),
+        BadOption(("suppression", "add"), "--note", "ask a@example.net", "--note", extra=("a@example.net",)),
+        BadOption(("suppression", "remove"), "ADDRESS", "a@@example.net", "ADDRESS"),
+        BadOption(("suppression", "list"), "--limit", "0", "--limit"),
+        BadOption(("suppression", "list"), "--limit", "x", "--limit"),
         # outbox local: refused before Docker, a build or a server is touched
         BadOption(li, "FUNCTION", "NoSuchFunction", "FUNCTION"),
         BadOption(li, "--event", files["missing"], "--event", extra=fn),

@@ -31,13 +31,14 @@ class Recorded:
 class FeedbackStore:
     """Records SES events (`sql.feedback.record_email_event`, one statement each)."""
 
-    def __init__(self, engine: Engine, hasher: AddressHasher, *, suppress: bool = True) -> None:
+    def __init__(self, engine: Engine, hasher: AddressHasher | None = None, *, suppress: bool = True) -> None:
         self.engine = engine
         self.hasher = hasher
         #: Whether permanent bounces and complaints put their recipients on the list.
         self.suppress = suppress
 
     def record(self, e: FeedbackEvent) -> Recorded:
+        assert self.hasher is not None, "recording needs the addresses' key"
         hashes = [self.hasher.hash(a) for a in e.recipients]
         suppress = hashes if (self.suppress and e.suppress_reason) else []
         params = {
@@ -68,9 +69,9 @@ class Suppressed:
 
 
 class SuppressionList:
-    """The suppression list, by address (hashed here): one statement per call."""
+    """The suppression list, by address (hashed here; `entries` needs no key): one statement per call."""
 
-    def __init__(self, engine: Engine, hasher: AddressHasher) -> None:
+    def __init__(self, engine: Engine, hasher: AddressHasher | None = None) -> None:
         self.engine = engine
         self.hasher = hasher
 
@@ -79,7 +80,7 @@ class SuppressionList:
         statement for all of them (a batch's recipients)."""
         by_hash: dict[str, str] = {}
         for a in addresses:
-            by_hash.setdefault(self.hasher.hash(a), normalise(a))
+            by_hash.setdefault(self._hash(a), normalise(a))
         if not by_hash:
             return {}
         rows = run_with_retry(self.engine, lambda c: c.execute(
@@ -89,13 +90,18 @@ class SuppressionList:
     def add(self, address: str, detail: str | None = None) -> bool:
         """Add `address` (reason manual); False when it was on the list already."""
         row = run_with_retry(self.engine, lambda c: c.execute(
-            sql.feedback.suppression_add, {"address_hash": self.hasher.hash(address), "detail": detail}).first())
+            sql.feedback.suppression_add, {"address_hash": self._hash(address), "detail": detail}).first())
         return row is not None
 
     def remove(self, address: str) -> str | None:
         """Take `address` off the list; the reason it was on it, None when it was not."""
         return run_with_retry(self.engine, lambda c: c.execute(
-            sql.feedback.suppression_remove, {"address_hash": self.hasher.hash(address)}).scalar())
+            sql.feedback.suppression_remove, {"address_hash": self._hash(address)}).scalar())
+
+    def _hash(self, address: str) -> str:
+        if self.hasher is None:
+            raise ValueError("the suppression list needs the addresses' key to look an address up")
+        return self.hasher.hash(address)
 
     def entries(self, limit: int = 100) -> list[Suppressed]:
         rows = run_with_retry(self.engine, lambda c: c.execute(sql.feedback.suppression_list,

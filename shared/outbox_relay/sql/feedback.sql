@@ -79,3 +79,19 @@ DELETE FROM outbox_email_event
  WHERE id = ANY (ARRAY(SELECT id FROM outbox_email_event
                         WHERE received_at < now() - make_interval(secs => :older_than_seconds)
                         ORDER BY received_at LIMIT :limit))
+
+-- name: feedback_stats
+-- Per channel (`outbox stats`): messages waiting after an ambiguous send and
+-- dead-lettered as suppressed (one scan of the table), and messages with a
+-- bounce or a complaint recorded (one scan of the events).
+SELECT m.channel, m.ambiguous, m.suppressed,
+       coalesce(e.bounced, 0) AS bounced, coalesce(e.complained, 0) AS complained
+  FROM (SELECT channel,
+               count(*) FILTER (WHERE status = 'pending' AND last_error_class = 'ambiguous') AS ambiguous,
+               count(*) FILTER (WHERE status = 'dead' AND last_error_class = 'suppressed') AS suppressed
+          FROM outbox_message GROUP BY channel) m
+  LEFT JOIN (SELECT CAST('ses' AS text) AS channel,
+                    count(DISTINCT message_id) FILTER (WHERE event_type = 'bounce') AS bounced,
+                    count(DISTINCT message_id) FILTER (WHERE event_type = 'complaint') AS complained
+               FROM outbox_email_event) e ON e.channel = m.channel
+ ORDER BY m.channel
