@@ -269,3 +269,45 @@ def test_operators_add_list_and_remove_addresses(relay_engine, enqueue_mail, sen
     enqueue_mail(1, to=["someone@example.net"])
     send()
     assert [r["status"] for r in rows()] == ["dead", "delivered"]
+
+
+# --------------------------------------------------------------------------
+# The samples of events/ as they are, through the handler
+# --------------------------------------------------------------------------
+
+def test_each_sample_as_it_is_records_its_event_and_emits_what_the_template_watches(feedback, app_engine, capsys):
+    # Given the message the samples are about, sent as the samples' SES message id
+    sample_id = inner(sample("send"))["mail"]["tags"]["outbox-message-id"][0]
+    ses_id = inner(sample("send"))["mail"]["messageId"]
+    from outbox_relay.producer import enqueue_email
+
+    with app_engine.begin() as conn:
+        enqueue_email(conn, to=["success@simulator.amazonses.com"], subject="s", text="t",
+                      message_id=uuid.UUID(sample_id))
+        conn.execute(text("UPDATE outbox_message SET status = 'delivered', delivered_at = now(), "
+                          "delivery_ref = :ses"), {"ses": ses_id})
+    capsys.readouterr()
+
+    # When each file of events/ goes through the handler unchanged
+    summaries = {t: feedback(sample(t)) for t in SAMPLES}
+
+    # Then each is recorded once
+    assert {t: s["recorded"] for t, s in summaries.items()} == {t: 1 for t in SAMPLES}
+    assert sorted(e["event_type"] for e in table(app_engine, "outbox_email_event")) == sorted(SAMPLES)
+    # and every metric it emits is in the namespace, with the dimensions, that the template's alarms use
+    from support.template import TemplateModel
+
+    model = TemplateModel(every_condition=True)
+    watched = {(name, tuple(sorted(dims))) for _, ns, name, dims in model.alarm_metrics()} | {
+        (name, tuple(sorted(dims))) for ns, name, dims in model.dashboard_series()}
+    emitted = set()
+    for line in capsys.readouterr().out.splitlines():
+        if '"_aws"' in line:
+            doc = json.loads(line)
+            for directive in doc["_aws"]["CloudWatchMetrics"]:
+                for metric in directive["Metrics"]:
+                    emitted.add((metric["Name"], tuple(sorted(directive["Dimensions"][0]))))
+    for name, dims in emitted:
+        if any(w[0] == name for w in watched):
+            assert (name, dims) in watched, (name, dims)
+    assert {("EmailBounced", ("configuration_set", "service")), ("FeedbackRecorded", ("service",))} <= emitted
