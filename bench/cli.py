@@ -98,6 +98,7 @@ class Config:
                             many_pending=100_000, claims=500, claim_batch=100))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
+        self.feedback = dict(events=200 if quick else 5_000, sends=200 if quick else 2_000, rounds=1 if quick else 3)
         self.recovery = dict(n=n or (2_000 if quick else 100_000),
                              batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
                              rounds=1 if quick else 2)
@@ -153,6 +154,7 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "growth": lambda: _growth(env, cfg, console),
             "memory": lambda: _memory(env, cfg, console),
             "ses": lambda: _ses(env, cfg, console),
+            "feedback": lambda: _feedback(env, cfg, console),
             "instructions": lambda: _instructions(env, cfg, console),
             "phases": lambda: _phases(env, cfg, console),
             "redis": lambda: _redis(env, cfg, console),
@@ -332,6 +334,15 @@ def _ses(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     return result
 
 
+def _feedback(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .feedback import run_feedback
+
+    result = run_feedback(env, **cfg.feedback)
+    console.print(f"  {result['recording']['events_per_second']:,} feedback events recorded/s; send path with "
+                  f"suppression on: {result['send_path']['ratio_on_to_off']:.3f}x off")
+    return result
+
+
 def _instructions(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     from .instructions import run_instructions
 
@@ -469,6 +480,8 @@ _make("recovery", ("recovery",), "Recovery after a fleet-wide crash: 4 drain-mod
 _make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
+_make("feedback", ("feedback",), "SES feedback: events recorded per second through the feedback handler, and "
+      "the SES send path with the suppression list on as a ratio to off (interleaved rounds); not part of all.")
 _make("redis", ("redis",), "Redis as on AWS, on servers of its own: one node vs a cluster of 3 primaries, WAIT 1 vs "
       "none (batch 1,000 over 100 streams, 20,000 messages), a primary killed mid-drain with WAIT 1; not part of all.")
 _make("instructions", ("instructions",), "Relay-process instructions per message (valgrind callgrind; "

@@ -440,6 +440,16 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_fmt(ses["messages"]), _fmt(ses["sends_per_second"]), f"{ses['fraction_of_max_send_rate']:.3f}",
                   _fmt(ses["busiest_second"]), _fmt(ses["invocations"]), "ok" if ses["check"]["ok"] else "FAILED")
         console.print(t)
+    fb = results.get("feedback")
+    if fb:
+        rec, send = fb["recording"], fb["send_path"]
+        t = Table(title="SES feedback (feedback handler; SES relay on moto, suppression off vs on)")
+        for col in ("events", "events/s", "emails", "µs/email off", "µs/email on", "on / off", "check"):
+            t.add_column(col, justify="right")
+        t.add_row(_fmt(rec["events"]), _fmt(rec["events_per_second"]), _fmt(send["sends"]),
+                  _fmt(send["us_per_email_off"]), _fmt(send["us_per_email_on"]), f"{send['ratio_on_to_off']:.3f}",
+                  "ok" if fb["check"]["ok"] else "FAILED")
+        console.print(t)
     rd = results.get("redis")
     if rd and rd.get("runs"):
         t = Table(title=f"Redis as on AWS: drain mode, batch {rd['batch_size']:,}, {rd['messages']:,} messages "
@@ -705,6 +715,18 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"SES (moto, {ses['latency_ms']:g} ms per SendEmail, MaxSendRate {ses['max_send_rate']:g}): "
                    f"{ses['sends_per_second']:.1f} sends/s = {ses['fraction_of_max_send_rate']:.1%} of the rate; "
                    f"busiest one-second window {ses['busiest_second']} sends; {ses['messages']} emails.")
+        out.append("")
+    fb = results.get("feedback")
+    if fb:
+        rec, send = fb["recording"], fb["send_path"]
+        out.append(f"SES feedback (`python -m bench feedback`{_when(fb)}): {rec['events_per_second']:,.1f} events "
+                   f"recorded per second through the feedback handler, one SNS event per invocation "
+                   f"({rec['events']:,} events, a tenth of them permanent bounces; {rec['redelivered']} redelivered, "
+                   f"all duplicates, nothing changed). The SES relay on moto with the suppression list on "
+                   f"({send['listed_addresses']:,} addresses listed, none a recipient) against off: "
+                   f"{send['us_per_email_on']:,.0f} vs {send['us_per_email_off']:,.0f} µs per email, "
+                   f"a ratio of {send['ratio_on_to_off']:.3f} (median of {send['rounds']} interleaved rounds, "
+                   f"{send['sends']:,} emails each, batch {send['batch_size']}).")
         out.append("")
     rd = results.get("redis")
     if rd and rd.get("runs"):
