@@ -219,3 +219,29 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
     else:
         assert len(request.getfixturevalue("ses").sent_messages()) == 3
     assert_emf_matches_the_template(emf_documents(proc.stderr), channel, namespace="OutboxRelay/prod")
+
+
+@pytest.mark.slow  # a process
+def test_sam_local_invoke_environment_runs_the_feedback_handler(database_url, app_engine) -> None:
+    # Given the environment sam local invoke would give the feedback function (a key in place of the secret)
+    env = sam_local_environment("FeedbackFunction")
+    assert env["OUTBOX_SES_ADDRESS_KEY"] and env["OUTBOX_SES_ADDRESS_KEY_SECRET_ARN"] == ""
+    env["DATABASE_URL"] = database_url
+    env["PATH"] = os.environ.get("PATH", "")
+    # and the message the samples are about
+    message = json.loads(load(EVENTS / "feedback-bounce.json")["Records"][0]["Sns"]["Message"])
+    from outbox_relay.producer import enqueue_email
+
+    with app_engine.begin() as conn:
+        enqueue_email(conn, to=["bounce@simulator.amazonses.com"], subject="s", text="t",
+                      message_id=message["mail"]["tags"]["outbox-message-id"][0])
+
+    # When `outbox relay --function feedback` runs the handler on the Bounce sample
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "relay", "--function", "feedback", "--event",
+                           str(EVENTS / "feedback-bounce.json")], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+    # Then the bounce is recorded and its address suppressed, as a hash
+    summary = json.loads(proc.stdout)
+    assert (summary["recorded"], summary["suppressed"], summary["refused"]) == (1, 1, [])
