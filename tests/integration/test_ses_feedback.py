@@ -311,3 +311,17 @@ def test_each_sample_as_it_is_records_its_event_and_emits_what_the_template_watc
         if any(w[0] == name for w in watched):
             assert (name, dims) in watched, (name, dims)
     assert {("EmailBounced", ("configuration_set", "service")), ("FeedbackRecorded", ("service",))} <= emitted
+
+
+def test_old_events_are_purged_in_batches_and_recent_ones_kept(feedback, enqueue_mail, send, rows, app_engine,
+                                                               relay_engine):
+    from outbox_relay.feedback.store import purge_email_events
+
+    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+    for t in ("send", "delivery", "delivery_delay"):
+        feedback(event_for(t, outbox_id=message_id, ses_id=ses_id))
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_email_event SET received_at = now() - interval '40 days' "
+                          "WHERE event_type <> 'delivery_delay'"))
+    assert purge_email_events(relay_engine, older_than_seconds=30 * 86400, batch=1) == 2
+    assert [e["event_type"] for e in table(app_engine, "outbox_email_event")] == ["delivery_delay"]

@@ -107,3 +107,21 @@ class SuppressionList:
         rows = run_with_retry(self.engine, lambda c: c.execute(sql.feedback.suppression_list,
                                                                 {"limit": int(limit)}).all())
         return [Suppressed(*r) for r in rows]
+
+
+#: Events a purge deletes per statement (one short transaction each).
+EVENT_PURGE_BATCH = 5000
+
+
+def purge_email_events(engine: Engine, *, older_than_seconds: float, keep_going: Any = lambda: True,
+                       batch: int = EVENT_PURGE_BATCH) -> int:
+    """Delete feedback events received more than `older_than_seconds` ago, in
+    batches of `batch` while `keep_going()`; how many were deleted."""
+    deleted = 0
+    while keep_going():
+        n = run_with_retry(engine, lambda c: c.execute(sql.feedback.purge_email_events, {
+            "older_than_seconds": float(older_than_seconds), "limit": int(batch)}).rowcount)
+        deleted += n
+        if n < batch:
+            break
+    return deleted
