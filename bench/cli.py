@@ -98,7 +98,7 @@ class Config:
                             many_pending=100_000, claims=500, claim_batch=100))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
-        self.feedback = dict(events=200 if quick else 5_000, sends=200 if quick else 2_000, rounds=1 if quick else 3)
+        self.feedback = dict(events=200 if quick else 5_000, sends=200 if quick else 2_000, rounds=2 if quick else 4)
         self.recovery = dict(n=n or (2_000 if quick else 100_000),
                              batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
                              rounds=1 if quick else 2)

@@ -65,12 +65,30 @@ def messages(rows) -> list[dict]:
 
 
 def sent_one(enqueue_mail, send, rows, to: str = "customer@example.net") -> tuple[str, str]:
-    """Enqueue and send one email; its outbox id and SES id."""
+    """Enqueue and send one email through the relay and moto; its outbox id and SES id."""
     [message_id] = enqueue_mail(1, to=[to])
     send()
     [row] = rows()
     assert row["status"] == "delivered"
     return str(message_id), row["delivery_ref"]
+
+
+@pytest.fixture
+def delivered(app_engine) -> Callable[..., tuple[str, str]]:
+    """delivered() -> (outbox id, SES id) of an email recorded as the relay records a send
+    (for the rules about events alone; the tests of the send path use `sent_one`)."""
+
+    def _delivered(to: str = "customer@example.net") -> tuple[str, str]:
+        from outbox_relay.producer import enqueue_email
+
+        ses_id = f"0100{uuid.uuid4().hex}-000000"
+        with app_engine.begin() as conn:
+            message_id = enqueue_email(conn, to=[to], subject="s", text="t")
+            conn.execute(text("UPDATE outbox_message SET status = 'delivered', attempts = 1, delivered_at = now(), "
+                              "delivery_ref = :ses WHERE message_id = :m"), {"ses": ses_id, "m": message_id})
+        return str(message_id), ses_id
+
+    return _delivered
 
 
 # --------------------------------------------------------------------------
@@ -105,9 +123,9 @@ def test_every_event_type_is_recorded_against_its_message_without_an_address_in_
         assert "@" not in json.dumps(table(app_engine, name), default=str), name
 
 
-def test_a_redelivered_event_changes_nothing(feedback, enqueue_mail, send, rows, app_engine):
+def test_a_redelivered_event_changes_nothing(feedback, delivered, rows, app_engine):
     # Given every event of a message recorded once
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+    message_id, ses_id = delivered()
     events = [event_for(t, outbox_id=message_id, ses_id=ses_id, recipient="customer@example.net") for t in SAMPLES]
     for e in events:
         feedback(e)
@@ -122,8 +140,8 @@ def test_a_redelivered_event_changes_nothing(feedback, enqueue_mail, send, rows,
             table(app_engine, "outbox_suppression")) == before
 
 
-def test_an_event_without_the_tag_is_matched_by_the_ses_message_id(feedback, enqueue_mail, send, rows, app_engine):
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+def test_an_event_without_the_tag_is_matched_by_the_ses_message_id(feedback, delivered, app_engine):
+    message_id, ses_id = delivered()
     summary = feedback(event_for("delivery", outbox_id=None, ses_id=ses_id))
     assert summary["recorded"] == 1
     assert [str(e["message_id"]) for e in table(app_engine, "outbox_email_event")] == [message_id]
@@ -168,9 +186,9 @@ def _set(path: str, value: Any) -> Callable[[dict], None]:
     ("send", _set("eventType", "Bounced"), "Records[0].Sns.Message.eventType: must be one of"),
     ("complaint", _drop("complaint"), "Records[0].Sns.Message.complaint: missing"),
 ])
-def test_a_malformed_event_is_refused_in_one_line_naming_the_field(feedback, enqueue_mail, send, rows, app_engine,
+def test_a_malformed_event_is_refused_in_one_line_naming_the_field(feedback, delivered, app_engine,
                                                                    base, edit, field, caplog):
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+    message_id, ses_id = delivered()
     event = event_for(base, outbox_id=message_id, ses_id=ses_id)
     message = inner(event)
     edit(message)
@@ -226,8 +244,8 @@ def test_a_permanent_bounce_or_a_complaint_suppresses_the_address_and_the_next_e
     assert len(sent_messages()) == 1
 
 
-def test_a_transient_bounce_and_a_delay_suppress_nothing(feedback, enqueue_mail, send, rows, app_engine):
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+def test_a_transient_bounce_and_a_delay_suppress_nothing(feedback, delivered, app_engine):
+    message_id, ses_id = delivered()
     event = event_for("bounce", outbox_id=message_id, ses_id=ses_id, recipient="customer@example.net",
                       bounceType="Transient", bounceSubType="MailboxFull")
     assert feedback(event)["suppressed"] == 0
@@ -238,10 +256,10 @@ def test_a_transient_bounce_and_a_delay_suppress_nothing(feedback, enqueue_mail,
 
 
 def test_with_suppression_off_the_feedback_records_and_suppresses_nothing(
-        feedback, monkeypatch, enqueue_mail, send, rows, app_engine):
+        feedback, monkeypatch, delivered, app_engine):
     monkeypatch.setenv("OUTBOX_SES_SUPPRESSION", "false")
     feedback_run.reset()
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+    message_id, ses_id = delivered()
     summary = feedback(event_for("complaint", outbox_id=message_id, ses_id=ses_id, recipient="customer@example.net"))
     assert (summary["recorded"], summary["suppressed"]) == (1, 0)
     assert table(app_engine, "outbox_suppression") == []
@@ -313,11 +331,11 @@ def test_each_sample_as_it_is_records_its_event_and_emits_what_the_template_watc
     assert {("EmailBounced", ("configuration_set", "service")), ("FeedbackRecorded", ("service",))} <= emitted
 
 
-def test_old_events_are_purged_in_batches_and_recent_ones_kept(feedback, enqueue_mail, send, rows, app_engine,
+def test_old_events_are_purged_in_batches_and_recent_ones_kept(feedback, delivered, app_engine,
                                                                relay_engine):
     from outbox_relay.feedback.store import purge_email_events
 
-    message_id, ses_id = sent_one(enqueue_mail, send, rows)
+    message_id, ses_id = delivered()
     for t in ("send", "delivery", "delivery_delay"):
         feedback(event_for(t, outbox_id=message_id, ses_id=ses_id))
     with app_engine.begin() as conn:

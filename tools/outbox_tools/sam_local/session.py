@@ -29,6 +29,7 @@ DEFAULT_EVENTS = {
     "RelaySesFunction": "relay-ses-scheduler.json",
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
+    "FeedbackFunction": "feedback-delivery.json",
 }
 
 
