@@ -1,7 +1,7 @@
 """Sends whose answer was lost, made real: moto's server behind a TCP proxy
 that lets SES have the request and then loses the answer, either by dropping
 the connection when the answer comes or by holding it past the client's read
-timeout. With feedback on, such a send is AMBIGUOUS: it waits for its SES event
+timeout (or by answering 500 in its place). With feedback on, such a send is AMBIGUOUS: it waits for its SES event
 (settled as delivered, never sent again) or, when none comes within the settle
 window, is sent exactly once more. Without feedback it stays transient."""
 
@@ -174,6 +174,15 @@ def test_a_message_with_its_own_configuration_set_is_transient(dropping, relay, 
     enqueue_mail(1, to=["customer@example.net"], configuration_set="marketing")
     relay(dropping, settle_seconds=SETTLE_SECONDS)
     assert [r["last_error_class"] for r in rows()] == ["transient"]
+
+
+def test_a_5xx_after_the_body_was_sent_is_ambiguous_too(relay, moto_ses, enqueue_mail, rows):
+    with LosingForwarder("127.0.0.1", moto_ses.port, mode="5xx", lose=1) as proxy:
+        enqueue_mail(1, to=["customer@example.net"])
+        relay(proxy, settle_seconds=SETTLE_SECONDS)
+    [row] = rows()
+    assert (row["status"], row["last_error_class"]) == ("pending", "ambiguous")
+    assert "InternalFailure" in row["last_error"] and len(moto_ses.sent_messages()) == 1
 
 
 def test_a_refused_connection_sent_nothing_and_is_transient(relay, moto_ses, enqueue_mail, rows):

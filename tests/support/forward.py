@@ -11,19 +11,26 @@ from outbox_tools.forward import Forwarder, _end
 
 __all__ = ["Forwarder", "LosingForwarder"]
 
+_BODY = b'{"message": "Internal failure"}'
+#: An AWS JSON-protocol error answer: 500, InternalFailure; then the connection closes.
+_INTERNAL_FAILURE = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                     b"x-amzn-ErrorType: InternalFailure\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY)
+
 
 class LosingForwarder(Forwarder):
     """A forwarder in front of an HTTP server (moto) that loses the answers to the
     next `lose` requests after the server has them: ``drop`` ends the client's
     connection when the answer comes (the connection dropped after the request
     went out), ``late`` holds the answer for `late_seconds` (past the client's
-    read timeout) before passing it on. Later requests pass through."""
+    read timeout) before passing it on, ``5xx`` answers 500 InternalFailure in
+    its place (a server error after the body was sent). Later requests pass through."""
 
     def __init__(self, target_host: str, target_port: int, *, mode: str = "drop", lose: int = 1,
                  late_seconds: float = 2.0) -> None:
         super().__init__("127.0.0.1", target_host, target_port)
-        if mode not in ("drop", "late"):
-            raise ValueError("mode must be drop or late")
+        if mode not in ("drop", "late", "5xx"):
+            raise ValueError("mode must be drop, late or 5xx")
         self.mode, self.lose, self.late_seconds = mode, lose, late_seconds
         self.lost = 0
         self._lose_lock = threading.Lock()
@@ -47,6 +54,9 @@ class LosingForwarder(Forwarder):
             while chunk := source.recv(65536):
                 if self._take_one():
                     if self.mode == "drop":
+                        break
+                    if self.mode == "5xx":
+                        sink.sendall(_INTERNAL_FAILURE)
                         break
                     time.sleep(self.late_seconds)  # the client has timed out and gone by then
                 sink.sendall(chunk)
