@@ -1,9 +1,10 @@
 """Sends whose answer was lost, made real: moto's server behind a TCP proxy
-that lets SES have the request and then loses the answer, either by dropping
-the connection when the answer comes or by holding it past the client's read
-timeout (or by answering 500 in its place). With feedback on, such a send is AMBIGUOUS: it waits for its SES event
-(settled as delivered, never sent again) or, when none comes within the settle
-window, is sent exactly once more. Without feedback it stays transient."""
+that lets SES have the request and then loses the answer, by dropping the
+connection when the answer comes, by holding it past the client's read
+timeout, or by answering 500 in its place. With feedback on, such a send is
+AMBIGUOUS: it waits for its SES event (settled as delivered, never sent again)
+or, when none comes within the settle window, is sent exactly once more.
+Without feedback it stays transient."""
 
 from __future__ import annotations
 
