@@ -24,19 +24,24 @@ class LosingForwarder(Forwarder):
     connection when the answer comes (the connection dropped after the request
     went out), ``late`` holds the answer for `late_seconds` (past the client's
     read timeout) before passing it on, ``5xx`` answers 500 InternalFailure in
-    its place (a server error after the body was sent). Later requests pass through."""
+    its place (a server error after the body was sent). The first `after` answers,
+    and those after the lost ones, pass through."""
 
     def __init__(self, target_host: str, target_port: int, *, mode: str = "drop", lose: int = 1,
-                 late_seconds: float = 2.0) -> None:
+                 late_seconds: float = 2.0, after: int = 0) -> None:
         super().__init__("127.0.0.1", target_host, target_port)
         if mode not in ("drop", "late", "5xx"):
             raise ValueError("mode must be drop, late or 5xx")
         self.mode, self.lose, self.late_seconds = mode, lose, late_seconds
+        self.after = after  # answers passed on before the first one lost (GetAccount's, say)
         self.lost = 0
         self._lose_lock = threading.Lock()
 
     def _take_one(self) -> bool:
         with self._lose_lock:
+            if self.after > 0:
+                self.after -= 1
+                return False
             if self.lose <= 0:
                 return False
             self.lose -= 1
@@ -52,7 +57,8 @@ class LosingForwarder(Forwarder):
             return super()._pump(source, sink)
         try:
             while chunk := source.recv(65536):
-                if self._take_one():
+                # An answer starts with its status line; the chunks after it (its body) follow its fate.
+                if chunk.startswith(b"HTTP/") and self._take_one():
                     if self.mode == "drop":
                         break
                     if self.mode == "5xx":
