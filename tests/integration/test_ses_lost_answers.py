@@ -195,3 +195,21 @@ def test_a_refused_connection_sent_nothing_and_is_transient(relay, moto_ses, enq
     [row] = rows()
     assert row["last_error_class"] in ("transient", "downstream_unavailable")
     assert row["last_error_class"] != "ambiguous" and len(moto_ses.sent_messages()) == 0
+
+
+def test_a_settled_send_frees_the_later_emails_of_its_key_at_once(
+        dropping, relay, moto_ses, enqueue_mail, rows, feedback, app_engine):
+    # Given two emails of one ordering key, the first's answer lost: the second waits behind it
+    first, second = enqueue_mail(2, to=["customer@example.net"], key="order-1")
+    relay(dropping, settle_seconds=SETTLE_SECONDS)
+    relay(dropping, settle_seconds=SETTLE_SECONDS)  # a claim moves the second to the end of the window
+    assert [(r["status"], r["due"]) for r in rows()] == [("pending", False), ("pending", False)]
+
+    # When the first one's Send event arrives
+    ses_id = moto_ses.sent_messages()[0].id
+    assert feedback(event_for("send", outbox_id=str(first), ses_id=ses_id))["settled"] == 1
+
+    # Then the second is due at once, and the next run sends it: each email once
+    assert [(r["status"], r["due"]) for r in rows()] == [("delivered", False), ("pending", True)]
+    assert relay(dropping, settle_seconds=SETTLE_SECONDS).delivered == 1
+    assert len(moto_ses.sent_messages()) == 2

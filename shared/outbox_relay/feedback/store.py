@@ -49,7 +49,7 @@ class FeedbackStore:
             "suppress": text_array_literal(suppress) if suppress else None,
             "suppress_reason": e.suppress_reason or "bounce",
         }
-        found, new, settled, suppressed = run_with_retry(
+        found, new, settled, suppressed, _ = run_with_retry(
             self.engine, lambda c: c.execute(sql.feedback.record_email_event, params).one())
         return Recorded(bool(found), bool(new), bool(settled), int(suppressed))
 

@@ -6,8 +6,9 @@
 -- (the body's message_id key) or else by the SES message id the relay stored
 -- (outbox_message_ses_ref_idx). Only when the event is new (the unique
 -- (ses_message_id, event_type, event_key) makes a redelivery insert nothing):
--- settle the message as delivered if it waits after an ambiguous send, and
--- add :suppress (address hashes) to the suppression list. Returns whether the
+-- settle the message as delivered if it waits after an ambiguous send (and
+-- free the later rows of its key held back behind it), and add :suppress
+-- (address hashes) to the suppression list. Returns whether the
 -- message was found, and how many events, settled messages and addresses were added.
 WITH target AS (
     SELECT t.seq, t.message_id FROM (
@@ -33,7 +34,17 @@ WITH target AS (
     UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), delivery_ref = :ses_id
      WHERE o.seq = (SELECT seq FROM target) AND EXISTS (SELECT 1 FROM inserted)
        AND o.status = 'pending' AND o.last_error_class = 'ambiguous'
-    RETURNING o.seq
+    RETURNING o.seq, o.destination, o.key, o.available_at
+), key_freed AS (
+    -- Later rows of its key that claims moved to the end of its window (turn_of) are due
+    -- now (outbox_message_key_active_idx); a row scheduled later keeps its time.
+    UPDATE outbox_message k SET available_at = now()
+      FROM settled s
+     WHERE s.key IS NOT NULL AND k.channel = 'ses' AND k.destination = s.destination
+       AND k.key >= s.key AND k.key <= s.key AND k.seq > s.seq
+       AND k.status = 'pending' AND k.available_at = s.available_at
+       AND (k.scheduled_at IS NULL OR k.scheduled_at <= now())
+    RETURNING k.seq
 ), suppressed AS (
     INSERT INTO outbox_suppression (address_hash, reason, detail, message_id)
     SELECT h, :suppress_reason, :subtype, i.message_id
@@ -42,7 +53,7 @@ WITH target AS (
     RETURNING address_hash
 )
 SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM inserted), (SELECT count(*) FROM settled),
-       (SELECT count(*) FROM suppressed)
+       (SELECT count(*) FROM suppressed), (SELECT count(*) FROM key_freed)
 
 -- name: suppressed_among
 -- Which of :hashes (address hashes) are on the suppression list, with the reason (primary key).
