@@ -209,6 +209,12 @@ def _drain(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
                       f"in one invocation ({r['batches']} batches)")
     two = result["two_invocations"]
     console.print(f"  two invocations at once, batch {two['batch_size']:,}: {two['messages_per_second']:,.1f} msg/s")
+    lay = result["layouts"]
+    console.print(f"  entry layouts, traced messages, batch {lay['batch_size']:,} (median of {lay['rounds']}): "
+                  f"cloudevents / fields = {lay['cloudevents_vs_fields']}x "
+                  f"({lay['cloudevents']['messages_per_second']:,.1f} / {lay['fields']['messages_per_second']:,.1f} "
+                  f"msg/s; Redis round trips per batch {lay['cloudevents']['redis_round_trips_per_batch']} / "
+                  f"{lay['fields']['redis_round_trips_per_batch']})")
     return result
 
 
@@ -452,14 +458,17 @@ def _checks_ok(section: dict[str, Any]) -> bool:
     if "check" in section:
         return bool(section["check"]["ok"])
     runs = section.get("runs") or []
-    return all(r.get("check", {}).get("ok", True) for r in runs)
+    layouts = section.get("layouts") or {}
+    return all(r.get("check", {}).get("ok", True) for r in runs) \
+        and all(v.get("ok", True) for v in layouts.values() if isinstance(v, dict))
 
 
 _make("all", SECTIONS, "Every section: limit, drain, latency, ordering, batches, baseline, phases, concurrency, "
       "recovery, growth, memory, SES.")
 _make("limit", ("limit",), "The minimal loop (claim 1,000, pipelined XADD, one UPDATE), one process and two.")
 _make("drain", ("limit", "drain"), "The minimal loop, then drain mode in one invocation at batch 100 and 1,000 "
-      "(or --batch-sizes) and in two at once, as ratios to it.")
+      "(or --batch-sizes) and in two at once, as ratios to it; the two entry layouts (OUTBOX_REDIS_FORMAT) "
+      "on traced messages, as a ratio.")
 _make("latency", ("limit", "latency"), "Commit-to-stream lag under a steady offered rate with latency-mode "
       "pollers handing over, started as AWS's scheduler starts them (--start-jitter, --missed-runs, --cold-start) "
       "or themselves, seconds without a poller, and the idle cost.")

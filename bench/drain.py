@@ -4,7 +4,8 @@
 backlog of N messages, at each batch size, and two such invocations at once in
 two processes (each then invokes again until an invocation claims nothing: a
 claim cut short by the other's concurrent claim may end an invocation with
-messages left). `batches`: invocations in batch mode back to back, in this
+messages left); then the two entry layouts (OUTBOX_REDIS_FORMAT) on messages
+with a trace context, interleaved, as a ratio (`compare_layouts`). `batches`: invocations in batch mode back to back, in this
 process, until one claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
@@ -25,12 +26,14 @@ from .env import BenchEnv, CpuMeter
 from .handler import Relay, relay
 
 
-def prepare_backlog(env: BenchEnv, n: int, streams: tuple[str, ...], keys: int | None = None) -> float:
+def prepare_backlog(env: BenchEnv, n: int, streams: tuple[str, ...], keys: int | None = None,
+                    edit: Any = None) -> float:
     """Empty the table and the prefix, enqueue `n` messages (keyless, or over
-    `keys` ordering keys), VACUUM ANALYZE, CHECKPOINT. Returns the enqueue seconds."""
+    `keys` ordering keys; `edit` as `BenchEnv.enqueue` takes it), VACUUM ANALYZE,
+    CHECKPOINT. Returns the enqueue seconds."""
     env.reset_table()
     env.clean_redis()
-    seconds = env.enqueue(n, streams=streams, keys=keys)
+    seconds = env.enqueue(n, streams=streams, keys=keys, edit=edit)
     env.vacuum_analyze()
     checkpoint(env)
     return seconds
@@ -56,14 +59,50 @@ def run_drain(env: BenchEnv, *, n: int, batch_sizes: list[int], streams: tuple[s
     two = run_concurrency(env, n=n, batch_size=max(batch_sizes), processes=[2], streams=streams,
                           extra_env=DRAIN_ENV, timeout_seconds=600)["runs"][0]
     two |= {"batch_size": max(batch_sizes)}
-    return {"messages": n, "streams": list(streams), "mode": "drain", "runs": runs, "two_invocations": two}
+    layouts = compare_layouts(env, n=n, batch_size=1000 if 1000 in batch_sizes else max(batch_sizes), streams=streams)
+    return {"messages": n, "streams": list(streams), "mode": "drain", "runs": runs, "two_invocations": two,
+            "layouts": layouts}
+
+
+#: A W3C trace context on every message of the layouts' comparison, as a traced producer stores it.
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def compare_layouts(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...],
+                    rounds: int = 3) -> dict[str, Any]:
+    """Drain mode with OUTBOX_REDIS_FORMAT=fields and =cloudevents, interleaved for `rounds`,
+    on messages with a trace context: the medians, and cloudevents / fields. The round
+    trips per batch must be the same: the layout changes an argument, not the calls."""
+    def traced(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        return {**event, "headers": {"traceparent": TRACEPARENT}}
+
+    got: dict[str, list[dict[str, Any]]] = {"fields": [], "cloudevents": []}
+    for _ in range(rounds):
+        for layout, runs in got.items():
+            runs.append(one_invocation(env, n=n, batch_size=batch_size, streams=streams, edit=traced,
+                                       extra_env={"OUTBOX_REDIS_FORMAT": layout}))
+    out: dict[str, Any] = {"batch_size": batch_size, "rounds": rounds}
+    for layout, runs in got.items():
+        out[layout] = {"messages_per_second": _median([r["messages_per_second"] for r in runs]),
+                       "redis_round_trips_per_batch": _median([r["redis_round_trips_per_batch"] for r in runs]),
+                       "ok": all(r["check"]["ok"] for r in runs)}
+    fields, cloudevents = out["fields"]["messages_per_second"], out["cloudevents"]["messages_per_second"]
+    out["cloudevents_vs_fields"] = round(cloudevents / fields, 2) if fields else None
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def one_invocation(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...],
-                   keys: int | None = None) -> dict[str, Any]:
-    """One drain-mode invocation over a backlog of `n` (keyless, or over `keys` ordering keys)."""
-    with relay(env, batch_size, timeout_seconds=600, extra_env=DRAIN_ENV) as r:
-        prepare_backlog(env, n, streams, keys)
+                   keys: int | None = None, edit: Any = None,
+                   extra_env: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """One drain-mode invocation over a backlog of `n` (keyless, or over `keys` ordering keys;
+    each message `edit`ed when given), with `extra_env` on top of drain mode's."""
+    with relay(env, batch_size, timeout_seconds=600, extra_env={**DRAIN_ENV, **(extra_env or {})}) as r:
+        prepare_backlog(env, n, streams, keys, edit)
         warm(r)
         meter = CpuMeter(env.backend_pids(), env.redis)
         with meter:

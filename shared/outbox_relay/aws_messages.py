@@ -18,7 +18,16 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import InvalidMessageError
-from .events import MAX_NAME_CHARS, check_deliver_at, check_key, check_text, json_text, validated
+from .events import (
+    DeliverAt,
+    MaxAttempts,
+    MessageType,
+    OrderingKey,
+    check_deliver_at,
+    check_text,
+    json_text,
+    validated,
+)
 from .models import Channel
 
 #: The size limit of one SQS or SNS message and one EventBridge entry, bytes (256 KiB).
@@ -70,32 +79,13 @@ class AwsMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    type: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    type: MessageType
     payload: Any
-    key: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    key: OrderingKey = None
     headers: dict[str, str] | None = None
     message_id: uuid.UUID | None = None
-    deliver_at: datetime | None = Field(default=None, strict=True)
-    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
-
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return check_text(v)
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str | None) -> str | None:
-        return check_key(v)
-
-    @field_validator("deliver_at")
-    @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and (v.tzinfo is None or v.utcoffset() is None):
-            raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
-        return v
+    deliver_at: DeliverAt = None
+    max_attempts: MaxAttempts = None
 
 
 class EventBridgeMessage(AwsMessage):

@@ -21,6 +21,7 @@ from .observability import logger as log
 from .publishers.base import Deadline, Publisher
 from .store import RecordResult, Store
 from .summary import Summary
+from .tracing import batch_span, context_of, trace_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +146,14 @@ class Batch:
             message = self._by_seq[r.seq]
             outcome = to_outcome(r, message, self._policy)
             outcomes.append(outcome)
+            dead = outcome.kind is OutcomeKind.DEAD or (outcome.kind is OutcomeKind.RETRY
+                                                        and message.attempts >= message.max_attempts)
+            if dead:
+                # Ids only: the error text and the payload may hold personal data.
+                log.warning("message dead-lettered", extra={
+                    "message_id": message.message_id, "trace_id": trace_id(context_of(message.headers_json)[0]),
+                    "error_class": r.error_class.value if r.error_class else None})
             if turns is not None:
-                dead = outcome.kind is OutcomeKind.DEAD or (outcome.kind is OutcomeKind.RETRY
-                                                            and message.attempts >= message.max_attempts)
                 notes.append((message, r.error_class is None, dead))
             if r.error_class is not None:
                 self._summary.count_errors(r.error_class)
@@ -206,7 +212,8 @@ class Batch:
                              for m in messages if m.key is not None and (m.destination, m.key) in held])
                 messages = [m for m in messages if m.key is None or (m.destination, m.key) not in held]
             if messages and not deadline.passed():
-                publisher.deliver(messages, deadline, self.record)
+                with batch_span(publisher.channel.value, messages):
+                    publisher.deliver(messages, deadline, self.record)
         except DownstreamUnavailable as exc:
             self.stopped = "downstream_unavailable"
             release_class, release_error = ErrorClass.DOWNSTREAM_UNAVAILABLE, str(exc)

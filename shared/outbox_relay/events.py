@@ -7,9 +7,9 @@ import json
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import InvalidMessageError
 from .models import Channel
@@ -109,21 +109,40 @@ def check_stream_name(stream: str) -> str:
     return stream
 
 
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be blank")
+    return check_text(v)
+
+
+def _aware(v: datetime | None) -> datetime | None:
+    if v is not None and (v.tzinfo is None or v.utcoffset() is None):
+        raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
+    return v
+
+
+# The fields every channel's message shares, as the producer API validates them.
+MessageType = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_not_blank)]
+OrderingKey = Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)]
+# Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
+# "3"), epoch seconds, floats and booleans are refused rather than converted.
+DeliverAt = Annotated[datetime | None, Field(strict=True), AfterValidator(_aware)]
+MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
+
+
 class EventMessage(BaseModel):
     """A domain event for a Redis Stream, as validated at enqueue."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     stream: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    type: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    type: MessageType
     payload: Any
-    key: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    key: OrderingKey = None
     headers: dict[str, str] | None = None
     message_id: uuid.UUID | None = None
-    # Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
-    # "3"), epoch seconds, floats and booleans are refused rather than converted.
-    deliver_at: datetime | None = Field(default=None, strict=True)
-    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    deliver_at: DeliverAt = None
+    max_attempts: MaxAttempts = None
 
     @field_validator("stream")
     @classmethod
@@ -131,25 +150,6 @@ class EventMessage(BaseModel):
         if v.strip() != v or not v:
             raise ValueError("must not be blank or have leading/trailing spaces")
         return check_stream_name(check_text(v))
-
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return check_text(v)
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str | None) -> str | None:
-        return check_key(v)
-
-    @field_validator("deliver_at")
-    @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and (v.tzinfo is None or v.utcoffset() is None):
-            raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
-        return v
 
 
 def validated(model: type[BaseModel], data: Mapping[str, Any]) -> Any:

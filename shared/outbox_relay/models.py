@@ -50,6 +50,13 @@ class RedisOnFull(str, enum.Enum):
     TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
 
 
+class RedisFormat(str, enum.Enum):
+    """The layout of a stream entry's fields (OUTBOX_REDIS_FORMAT; docs/channels.md, "Entry layouts")."""
+
+    FIELDS = "fields"  # id, type, key, payload, created_at, headers, traceparent, tracestate
+    CLOUDEVENTS = "cloudevents"  # CloudEvents 1.0 attributes, one field each, the payload as `data`
+
+
 class Status(str, enum.Enum):
     """Lifecycle states of an outbox message (docs/design.md, "Message lifecycle")."""
 

@@ -2,7 +2,8 @@
 
 Call these with the SQLAlchemy `Connection` or `Session` that carries your
 business change; the message exists exactly when your transaction commits.
-Nothing here commits, opens a connection or reads the environment.
+Nothing here commits or opens a connection; the environment is read only for
+the Lambda X-Ray trace header (`tracing.current_context`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from sqlalchemy.engine import Engine
 
 from . import sql
-from .aws_messages import aws_row
+from .aws_messages import MAX_HEADERS, aws_row
 from .email.mime import check_size
 from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 from .errors import InvalidMessageError
 from .events import check_deliver_at, check_key, event_row
 from .models import Channel
 from .publishers.registry import spec_for
+from .tracing import current_context, with_context
 
 #: Most messages in one bulk statement.
 BULK_CHUNK = 1000
@@ -174,7 +176,8 @@ def enqueue_event(
     """
     check_conn(conn)
     row = event_row({
-        "stream": stream, "type": type, "payload": payload, "key": key, "headers": headers,
+        "stream": stream, "type": type, "payload": payload, "key": key,
+        "headers": with_context(headers, current_context()),
         "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
     })
     return insert_message(conn, row)
@@ -207,6 +210,9 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     """
     check_conn(conn)
     data = messages if isinstance(messages, Sequence) else list(messages)
+    context = current_context()  # one context for the call: every message was made in it
+    if context:
+        data = [_traced(item, context) for item in data]
     now = datetime.now(timezone.utc)  # one time for every deliver_at, in both passes
     ids: list[uuid.UUID] = []
     holders: dict[uuid.UUID, _Holder] = {}
@@ -237,6 +243,14 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
         _insert_chunk(conn, start, rows)  # empties `rows`
         start = end
     return ids
+
+
+def _traced(item: Any, context: Mapping[str, str]) -> Any:
+    """A bulk element with the trace context in its headers (anything else is left for
+    `event_row` to refuse, naming it)."""
+    if not isinstance(item, Mapping):
+        return item
+    return {**item, "headers": with_context(item.get("headers"), context)}
 
 
 def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
@@ -397,14 +411,46 @@ def enqueue_email(
                     sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
                     attachments=attachments, message_id=message_id, deliver_at=deliver_at,
                     max_attempts=max_attempts, key=key)
+    context = current_context()
+    if context:
+        # In the message headers, as for every channel; the relay adds them to the email's headers.
+        row["headers"] = json.dumps(context, separators=(",", ":"))
     insert_message(conn, row)
     return row["message_id"]
 
 
 def _enqueue_aws(conn: Any, channel: Channel, fields: dict[str, Any]) -> uuid.UUID:
     check_conn(conn)
-    row = aws_row(channel, {k: v for k, v in fields.items() if v is not None or k == "payload"})
+    data = {k: v for k, v in fields.items() if v is not None or k == "payload"}
+    row = aws_row(channel, data)
+    context = current_context()
+    if context:
+        row = _aws_traced(channel, data, row, context)
     return insert_message(conn, row)
+
+
+def _aws_traced(channel: Channel, data: dict[str, Any], row: dict[str, Any],
+                context: Mapping[str, str]) -> dict[str, Any]:
+    """The row with the trace context, where it fits: EventBridge keeps it beside the
+    source (sent as the entry's TraceHeader); SQS and SNS as attributes, only when the
+    message keeps within ten attributes and 256 KiB with them (a context never makes a
+    valid message invalid)."""
+    if channel is Channel.EVENTBRIDGE:
+        stored = json.loads(row["headers"]) if row["headers"] else {}
+        row["headers"] = json.dumps({**stored, **context}, separators=(",", ":"))
+        return row
+    headers = data.get("headers")
+    if isinstance(headers, Mapping) and "traceparent" in headers:
+        return row
+    context = dict(context)
+    if len(headers or {}) + len(context) > MAX_HEADERS:
+        context.pop("tracestate", None)
+    if len(headers or {}) + len(context) > MAX_HEADERS:
+        return row
+    try:
+        return aws_row(channel, {**data, "message_id": row["message_id"], "headers": with_context(headers, context)})
+    except InvalidMessageError:
+        return row
 
 
 def enqueue_sqs(

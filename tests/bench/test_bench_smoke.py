@@ -41,6 +41,9 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
         # per batch a claim and the outcomes (which also read the oldest pending age), whatever its
         # size; besides, the claim that finds the backlog empty
         assert round(d["statements_per_batch"] * d["batches"]) == 2 * d["batches"] + 1
+    layouts = results["drain"]["layouts"]  # the two entry layouts on traced messages: the same calls a batch
+    assert layouts["fields"]["ok"] and layouts["cloudevents"]["ok"] and layouts["cloudevents_vs_fields"] > 0
+    assert layouts["fields"]["redis_round_trips_per_batch"] == layouts["cloudevents"]["redis_round_trips_per_batch"]
     batches = results["batches"]["runs"]  # batch mode: one batch per invocation
     assert all(b["check"]["ok"] and b["delivered"] == 300 for b in batches)
     assert {b["statements_per_batch"]["max"] for b in batches} == {b["statements_per_batch"]["min"] for b in batches} \

@@ -113,8 +113,8 @@ def test_the_sns_relay_publishes_to_a_fifo_topic_in_key_order(relay, app_engine,
             list(range(k, 20, 2))
 
 
-def test_the_eventbridge_relay_puts_events_with_the_message_id_in_the_detail(relay, app_engine,  # noqa: F811
-                                                                            aws_endpoint, database_url):
+def test_the_eventbridge_relay_puts_events_with_the_message_id_in_the_detail(
+        relay, app_engine, aws_endpoint, database_url):  # noqa: F811 (fixture)
     # Given a bus whose rule sends its events to a queue, and events with and without their own source
     events = aws_client("events", aws_endpoint)
     bus = unique("e2e")

@@ -142,6 +142,10 @@ ENV: dict[str, list[Bad]] = {
     "OUTBOX_REDIS_IAM_SERVERLESS": [Bad("perhaps", "true or false")],
     "OUTBOX_REDIS_TRIM": [Bad("acknowledged", "OUTBOX_REDIS_MAXLEN")],
     "OUTBOX_REDIS_ON_FULL": [Bad("drop", "'hold' or 'trim'")],
+    # Issue 26: the entry layout and the CloudEvents source
+    "OUTBOX_REDIS_FORMAT": [Bad("json", "'fields' or 'cloudevents'"), Bad("CloudEvents", "'fields' or 'cloudevents'")],
+    "OUTBOX_CLOUDEVENTS_SOURCE": [Bad("my shop", "URI reference"),
+                                  Bad("https://shop.example/" + "o" * 600, "URI reference")],
     "OUTBOX_REDIS_WAIT_REPLICAS": [Bad("6", "less than or equal to 5")],
     "OUTBOX_REDIS_WAIT_TIMEOUT_MS": [Bad("5000", "OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS",
                                          env={"OUTBOX_REDIS_WAIT_REPLICAS": "1"})],
@@ -230,6 +234,9 @@ FLAGS = {"--json", "--dry-run", "--all", "--keep", "--help"}
 REQUIRED = {
     ("enqueue-event",): ["--stream", "s", "--type", "t", "--payload", "{}"],
     ("enqueue-email",): ["--to", "ana@example.com", "--subject", "s", "--text", "t"],
+    ("enqueue-sqs",): ["--type", "t", "--payload", "{}"],
+    ("enqueue-sns",): ["--type", "t", "--payload", "{}"],
+    ("enqueue-eventbridge",): ["--type", "t", "--payload", "{}"],
     ("relay",): ["--event", REDIS_EVENT],
     ("purge",): ["--delivered-older-than", "7d"],
 }
@@ -246,6 +253,27 @@ class BadOption:
     says: str
     status: int = 2
     extra: tuple[str, ...] = ()
+
+
+def _aws_bad_options(files: dict[str, str]) -> list[BadOption]:
+    """The SQS, SNS and EventBridge enqueue commands (more rows: tests/unit/test_aws_cli.py)."""
+    sq, sn, eb = ("enqueue-sqs",), ("enqueue-sns",), ("enqueue-eventbridge",)
+    rows = []
+    for c in (sq, sn, eb):
+        rows += [BadOption(c, "--type", " ", "type:"), BadOption(c, "--payload", "{nope", "--payload"),
+                 BadOption(c, "--payload", "@" + files["missing"], "--payload"),
+                 BadOption(c, "--key", "", "key:"), BadOption(c, "--message-id", "nope", "message_id:"),
+                 BadOption(c, "--max-attempts", "0", "max_attempts:"),
+                 BadOption(c, "--deliver-at", "tomorrow", "--deliver-at"),
+                 BadOption(c, "--deliver-at", "2030-01-01T00:00:00", "deliver_at:")]
+    for c in (sq, sn):
+        rows += [BadOption(c, "--header", "no-equals-sign", "--header"),
+                 BadOption(c, "--header", "tenant=", "headers.tenant:"),
+                 BadOption(c, "--header", "outbox-key=x", "headers.outbox-key:")]
+    rows += [BadOption(sq, "--payload", '"\\ufffe"', "payload:"),
+             BadOption(eb, "--payload", "[1]", "payload:"), BadOption(eb, "--source", "aws.ec2", "source:"),
+             BadOption(eb, "--bus", "my bus", "bus:")]
+    return rows
 
 
 def _bad_options(files: dict[str, str]) -> list[BadOption]:
@@ -284,6 +312,7 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(em, "--deliver-at", "9999-01-01T00:00:00+00:00", "deliver_at:"),
         BadOption(em, "--max-attempts", "0", "max_attempts:"),
         BadOption(em, "--key", "", "key:"),
+        *_aws_bad_options(files),
         BadOption(("relay",), "--event", files["missing"], "--event"),
         BadOption(("relay",), "--event", files["not_json"], "--event"),
         BadOption(("relay",), "--event", files["binary"], "--event"),

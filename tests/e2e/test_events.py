@@ -32,6 +32,7 @@ import yaml
 
 from outbox_tools.lambda_local import LocalContext, load_handler
 from outbox_tools.local_ses import LocalSesServer
+from support.aws_downstream import AWS_CHANNELS, SAM_ENV, Downstream
 from support.events import (
     EVENTS,
     RELAY_FUNCTION,
@@ -110,6 +111,14 @@ def test_relay_event_runs_through_the_handler(sample, relay_env, request, app_en
         server = request.getfixturevalue("ses")
         monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", server.url)
         monkeypatch.setenv("OUTBOX_SES_FROM", SENDER)
+    downstream = None
+    if channel in AWS_CHANNELS:
+        # moto (the SES fixture's server serves every service) holds what infra/sam-env.json names
+        server = request.getfixturevalue("ses")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        for name, value in SAM_ENV[RELAY_FUNCTION[channel]].items():
+            monkeypatch.setenv(name, value.replace("http://moto:5000", server.url))
+        downstream = Downstream(channel, server.url)
     target = seed(channel, app_engine, redis_prefix)
 
     # When the handler gets the sample event
@@ -120,6 +129,10 @@ def test_relay_event_runs_through_the_handler(sample, relay_env, request, app_en
     assert statuses(app_engine) == [(channel, "delivered", True)] * 3
     if channel == "redis":
         assert redis_client.xlen(target) == 3
+    elif downstream is not None:
+        received = downstream.receive(3)
+        assert sorted(r.payload["n"] for r in received) == [0, 1, 2]
+        assert {r.type for r in received} == {"order.placed"}
     else:
         sent = request.getfixturevalue("ses").sent_messages()
         assert sorted(d for m in sent for d in m.destinations["ToAddresses"]) == [
@@ -188,7 +201,8 @@ def test_sam_env_points_at_the_compose_services() -> None:
     assert f"--verify {SENDER}" in " ".join(compose["services"]["moto"]["command"])
 
 
-@pytest.mark.parametrize("channel", ["redis", pytest.param("ses", marks=pytest.mark.slow)])  # a process each
+@pytest.mark.parametrize("channel", ["redis", *(pytest.param(c, marks=pytest.mark.slow)  # a process each
+                                                 for c in ("ses", *AWS_CHANNELS))])
 def test_sam_local_invoke_environment_runs_the_handler(channel, request, database_url, servers, app_engine,
                                                        redis_client, redis_prefix) -> None:
     # Given the environment sam local invoke would give the function, with the
@@ -197,10 +211,16 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
     assert env["OUTBOX_CHANNEL"] == channel and env["AWS_SAM_LOCAL"] == "true"
     env["DATABASE_URL"] = database_url
     env["REDIS_URL"] = servers.redis_url
+    downstream = None
     if channel == "ses":
         server = request.getfixturevalue("ses")
         env["AWS_ENDPOINT_URL"] = server.url
         assert SENDER in env["OUTBOX_SES_FROM"]
+    elif channel in AWS_CHANNELS:
+        server = request.getfixturevalue("ses")
+        env["AWS_ENDPOINT_URL"] = server.url
+        env.update({k: v.replace("http://moto:5000", server.url) for k, v in env.items() if k.startswith("OUTBOX_")})
+        downstream = Downstream(channel, server.url)
     env["PATH"] = os.environ.get("PATH", "")
     target = seed(channel, app_engine, redis_prefix)
 
@@ -216,9 +236,24 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
     assert statuses(app_engine) == [(channel, "delivered", True)] * 3
     if channel == "redis":
         assert redis_client.xlen(target) == 3
+    elif downstream is not None:
+        assert sorted(r.payload["n"] for r in downstream.receive(3)) == [0, 1, 2]
     else:
         assert len(request.getfixturevalue("ses").sent_messages()) == 3
     assert_emf_matches_the_template(emf_documents(proc.stderr), channel, namespace="OutboxRelay/prod")
+
+
+def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
+    # Given moto emptied, when outbox local's bridges prepare it
+    from outbox_tools.sam_local.bridges import create_aws_destinations
+    from support.aws_downstream import BUS, QUEUE_NAME, TOPIC_ARN, client
+
+    create_aws_destinations(ROOT, ses.url, ses.region)
+    create_aws_destinations(ROOT, ses.url, ses.region)  # twice: as start-lambda and invoke may
+    # Then each relay's gate call finds its destination
+    client("sqs", ses.url).get_queue_url(QueueName=QUEUE_NAME)
+    client("sns", ses.url).get_topic_attributes(TopicArn=TOPIC_ARN)
+    client("events", ses.url).describe_event_bus(Name=BUS)
 
 
 @pytest.mark.slow  # a process

@@ -88,6 +88,13 @@ def ses(host_services: Bridges) -> LocalSesServer:
 
 
 @pytest.fixture
+def moto(host_services: Bridges) -> LocalSesServer:
+    """moto on the bridge, emptied: it serves SQS, SNS and EventBridge too (AWS_ENDPOINT_URL)."""
+    host_services.ses.reset()
+    return host_services.ses
+
+
+@pytest.fixture
 def cfn(host_services: Bridges) -> ResponseServer:
     """The response server on the bridge, with no response yet."""
     host_services.cfn.responses.clear()

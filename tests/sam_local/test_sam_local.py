@@ -30,8 +30,10 @@ from outbox_migrations import current_revision, head_revision, upgrade
 from outbox_tools.redis_nodes import free_port
 from outbox_tools.sam_local.sam import StartLambda, invoke
 from outbox_tools.servers import drop_database, with_database
+from support.aws_downstream import AWS_CHANNELS, Downstream
 from support.events import (
     EVENTS,
+    RELAY_FUNCTION,
     assert_emf_matches_the_template,
     counts,
     emf_documents,
@@ -112,6 +114,34 @@ def test_ses_relay_in_a_container(sample, run, database_url, app_engine, redis_p
     assert_emf_matches_the_template(emf_documents(done.logs), "ses", namespace=NAMESPACE)
 
 
+#: The reference each AWS relay records as delivered: the service's own message or event id.
+DELIVERY_REF = {"sqs": "sqs:", "sns": "sns:", "eventbridge": "eventbridge:"}
+
+
+@pytest.mark.parametrize(("channel", "sample"), [(c, s) for c in AWS_CHANNELS for s in samples_of(RELAY_FUNCTION[c])])
+def test_aws_batch_relay_in_a_container(channel, sample, run, database_url, app_engine, redis_prefix, moto) -> None:
+    # Given messages waiting for the relay, and in moto what infra/sam-env.json names
+    # (the queue; the topic, a queue subscribed to it; the bus, a rule sending to a queue)
+    downstream = Downstream(channel, moto.url)
+    seed(channel, app_engine, redis_prefix)
+    # When sam local invoke runs the function on the sample event, moto at AWS_ENDPOINT_URL
+    done = run(RELAY_FUNCTION[channel], load(EVENTS / sample), database_url)
+    # Then it returned its summary, and the rows are delivered with the service's id as their reference
+    assert_ran(done)
+    summary = done.result
+    assert (summary["channel"], summary["claimed"], summary["delivered"], summary["dead"]) == (channel, 3, 3, 0)
+    with app_engine.connect() as conn:
+        rows = conn.execute(text("SELECT message_id::text, status, delivery_ref FROM outbox_message")).all()
+    assert {status for _, status, _ in rows} == {"delivered"}
+    assert all(ref.startswith(DELIVERY_REF[channel]) for _, _, ref in rows), rows
+    # and the reader got each message once, with its payload, type and message id
+    received = downstream.receive(3)
+    assert sorted(r.payload["n"] for r in received) == [0, 1, 2]
+    assert {r.type for r in received} == {"order.placed"}
+    assert sorted(r.message_id for r in received) == sorted(m for m, _, _ in rows)
+    assert_emf_matches_the_template(emf_documents(done.logs), channel, namespace=NAMESPACE)
+
+
 @pytest.mark.parametrize("sample", samples_of("MaintenanceFunction"))
 def test_maintenance_in_a_container(sample, run, database_url, app_engine) -> None:
     event = load(EVENTS / sample)
@@ -134,7 +164,8 @@ def test_maintenance_in_a_container(sample, run, database_url, app_engine) -> No
         assert (done.result["purged"]["delivered"], done.result["purged"]["dead"]) == (3, 2)
         assert counts(app_engine) == {("redis", "delivered"): 1, ("redis", "pending"): 1}
     emf = emf_documents(done.logs)
-    assert {doc["channel"] for doc in emf} == {"redis", "ses"}
+    # the backlog of every registered channel
+    assert {doc["channel"] for doc in emf} == set(RELAY_FUNCTION)
     assert {doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] for doc in emf} == {NAMESPACE}
 
 

@@ -2,7 +2,7 @@
 for given parameter values, and list the metrics its alarms and dashboard use.
 
 Only the intrinsics the template uses are evaluated (Ref, Fn::Sub, Fn::Join,
-Fn::If, Fn::GetAtt, Fn::Equals/Not/And/Or in conditions). A resource's Ref or
+Fn::Split, Fn::Select, Fn::If, Fn::GetAtt, Fn::Equals/Not/And/Or in conditions). A resource's Ref or
 attribute evaluates to a placeholder: `<Name>` or `<Name.Attribute>`.
 """
 
@@ -18,7 +18,7 @@ from cfnlint.decode import cfn_yaml
 ROOT = Path(__file__).resolve().parents[2]
 NO_VALUE = object()
 PSEUDO = {"AWS::Region": "eu-west-1", "AWS::AccountId": "123456789012", "AWS::Partition": "aws",
-          "AWS::StackName": "outbox-prod"}
+          "AWS::StackName": "outbox-prod", "AWS::URLSuffix": "amazonaws.com"}
 
 
 class TemplateModel:
@@ -46,8 +46,10 @@ class TemplateModel:
         if name in PSEUDO:
             return PSEUDO[name]
         if name in self.parameters:
-            value = self.parameters[name]
-            return value or (f"<{name}>" if self.every_condition else "")
+            value = self.parameters[name] or (f"<{name}>" if self.every_condition else "")
+            if self.doc["Parameters"][name]["Type"] == "CommaDelimitedList":
+                return [v.strip() for v in value.split(",")] if value else []
+            return value
         base = name.split(".", 1)[0]
         assert base in self.resources, f"reference to unknown {name}"
         return f"<{name}>"
@@ -72,6 +74,15 @@ class TemplateModel:
                 return self.condition(arg)
             if key == "Ref":
                 return self.parameters[arg] if arg in self.parameters else self.value(arg)
+            if key == "Fn::Join":
+                return arg[0].join(str(self._condition(x)) for x in self._list(arg[1]))
+        return node
+
+    def _list(self, node: Any) -> list[Any]:
+        """A list argument: as written, or a CommaDelimitedList parameter's items."""
+        if isinstance(node, dict) and "Ref" in node:
+            value = self.parameters.get(node["Ref"], "")
+            return [v.strip() for v in value.split(",")] if value else []
         return node
 
     def resolve(self, node: Any) -> Any:
@@ -84,7 +95,14 @@ class TemplateModel:
             if key == "Fn::If":
                 return self.resolve(arg[1] if self.condition(arg[0]) else arg[2])
             if key == "Fn::Join":
-                return arg[0].join(str(self.resolve(x)) for x in arg[1])
+                items = self.resolve(arg[1])
+                return arg[0].join(str(x) for x in (items if isinstance(items, list) else [items]))
+            if key == "Fn::Split":
+                return str(self.resolve(arg[1])).split(arg[0])
+            if key == "Fn::Select":
+                items = self.resolve(arg[1])
+                # `<Name>` (an empty parameter under every_condition) has no parts: it stands for each.
+                return items[int(arg[0])] if len(items) > int(arg[0]) else "".join(items)
             if key == "Fn::Sub":
                 text, local = (arg, {}) if isinstance(arg, str) else (arg[0], {k: self.resolve(v)
                                                                              for k, v in arg[1].items()})

@@ -27,6 +27,7 @@ from outbox_relay import observability as obs
 from outbox_relay.config import MaintenanceSettings, Settings
 from outbox_relay.invocation import ScheduleEvent
 from outbox_relay.models import Channel, Mode
+from outbox_relay.publishers.registry import CHANNELS
 from support.template import ROOT, TemplateModel
 
 MODEL = TemplateModel(every_condition=True)
@@ -43,7 +44,14 @@ EMF_DIMENSIONS = {"channel", "service"}
 REPUTATION_METRICS = {"EmailSent", "EmailBounced", "EmailComplained"}
 FEEDBACK_DIMENSIONS = {name: ({"service", "configuration_set"} if name in REPUTATION_METRICS else {"service"})
                        for name in obs.FEEDBACK_METRICS}
-RELAY_FUNCTIONS = {"redis": "RelayRedisFunction", "ses": "RelaySesFunction"}
+RELAY_FUNCTIONS = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
+PREFIXES = {s.channel.value: s.template_prefix for s in CHANNELS}
+#: A value of each channel's switch parameter that turns it on.
+SWITCHES_ON = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:r-AbCdEf",
+               "SesSenderIdentity": "example.com",
+               "SqsQueueArn": "arn:aws:sqs:eu-west-1:123456789012:orders",
+               "SnsTopicArn": "arn:aws:sns:eu-west-1:123456789012:orders",
+               "EventBridgeBusName": "default"}
 #: Metrics the issue asks the dashboard to plot for each channel.
 DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
                          obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG,
@@ -139,12 +147,9 @@ def test_a_window_without_a_poller_alarms_per_channel_in_latency_mode(channel: s
     alarm = RESOURCES[name]
     props = alarm["Properties"]
     # only where latency mode's pollers run: the channel's lag-alarm condition
-    lag_condition = {"redis": "RedisLagAlarmed", "ses": "SesLagAlarmed"}[channel]
-    assert alarm["Condition"] == lag_condition
-    channels = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:r-AbCdEf",
-                "SesSenderIdentity": "example.com"}
+    assert alarm["Condition"] == f"{PREFIXES[channel]}LagAlarmed"
     for mode in Mode:
-        model = TemplateModel({**channels, "RelayMode": mode.value})
+        model = TemplateModel({**SWITCHES_ON, "RelayMode": mode.value})
         assert model.deployed(name) == (mode is Mode.LATENCY), mode
     assert resolve(props["AlarmName"]) == f"outbox-prod-relay-{channel}-seconds-without-poller"
     assert resolve(props["Namespace"]) == NAMESPACE
@@ -429,6 +434,69 @@ def test_ses_relay_may_call_exactly_the_ses_operations_its_code_calls() -> None:
     ]
 
 
+#: The IAM action a batch operation is authorized as ("Actions, resources, and condition keys").
+BATCH_ACTIONS = {"sqs:SendMessageBatch": "sqs:SendMessage", "sns:PublishBatch": "sns:Publish"}
+KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _channel_statements(model: TemplateModel, function: str) -> list[dict[str, Any]]:
+    """The function's own policy (not the database's), evaluated for the model's parameters."""
+    (policy,) = [p for p in model.resolve(RESOURCES[function]["Properties"]["Policies"]) if isinstance(p, dict)]
+    return policy["Statement"]
+
+
+@pytest.mark.parametrize(("channel", "service", "destination"), [
+    ("sqs", "sqs", "arn:aws:sqs:eu-west-1:123456789012:orders"),
+    ("sns", "sns", "arn:aws:sns:eu-west-1:123456789012:orders"),
+    ("eventbridge", "events", "arn:aws:events:eu-west-1:123456789012:event-bus/default"),
+])
+def test_an_aws_batch_relay_may_call_exactly_its_operations_on_its_one_destination(channel, service,
+                                                                                    destination) -> None:
+    # Given the operations the channel's publisher calls on its client, as IAM actions
+    code = (ROOT / "shared" / "outbox_relay" / "publishers" / channel / "publisher.py").read_text(encoding="utf-8")
+    called = {BATCH_ACTIONS.get(a, a) for a in (f"{service}:" + "".join(w.capitalize() for w in op.split("_"))
+                                                for op in re.findall(r"self\.client\.([a-z_]+)\(", code))}
+    # Then, with its switch on and nothing optional, it may call those and only on its one destination
+    statements = _channel_statements(TemplateModel(SWITCHES_ON), RELAY_FUNCTIONS[channel])
+    granted = [s for s in statements if any(a.startswith(f"{service}:") for a in _actions(s))]
+    assert {a for s in granted for a in _actions(s)} == called and len(called) == 2
+    assert [s["Resource"] for s in granted] == [destination]
+    assert not [s for s in statements if any(a.startswith("kms:") for a in _actions(s))]
+
+
+def test_the_sqs_relay_gets_the_queue_url_built_from_its_arn() -> None:
+    model = TemplateModel({"SqsQueueArn": "arn:aws:sqs:eu-west-1:210987654321:orders.fifo"})
+    env = model.function_environment("RelaySqsFunction")
+    assert env["OUTBOX_SQS_QUEUE_URL"] == "https://sqs.eu-west-1.amazonaws.com/210987654321/orders.fifo"
+    # as the settings take it
+    from types import SimpleNamespace
+
+    from outbox_relay.publishers.sqs.settings import check_settings
+
+    check_settings(SimpleNamespace(sqs_queue_url=env["OUTBOX_SQS_QUEUE_URL"]), relayed=True)
+
+
+@pytest.mark.parametrize(("channel", "key_parameter", "via"), [("sqs", "SqsKmsKeyArn", "sqs"),
+                                                                ("sns", "SnsKmsKeyArn", "sns")])
+def test_a_queue_or_topic_key_is_usable_only_when_given_and_only_through_its_service(channel, key_parameter,
+                                                                                     via) -> None:
+    statements = _channel_statements(TemplateModel({**SWITCHES_ON, key_parameter: KEY}), RELAY_FUNCTIONS[channel])
+    (kms,) = [s for s in statements if any(a.startswith("kms:") for a in _actions(s))]
+    assert sorted(_actions(kms)) == ["kms:Decrypt", "kms:GenerateDataKey"] and kms["Resource"] == KEY
+    assert kms["Condition"] == {"StringEquals": {"kms:ViaService": f"{via}.eu-west-1.amazonaws.com"}}
+
+
+def test_the_eventbridge_relay_may_put_events_on_the_other_buses_listed_only() -> None:
+    others = ["arn:aws:events:eu-west-1:123456789012:event-bus/audit",
+              "arn:aws:events:eu-west-1:210987654321:event-bus/central"]
+    model = TemplateModel({**SWITCHES_ON, "EventBridgeOtherBusArns": ",".join(others)})
+    statements = _channel_statements(model, "RelayEventBridgeFunction")
+    (other,) = [s for s in statements if s["Sid"] == "PutEventsOnTheBusesMessagesName"]
+    assert other["Action"] == "events:PutEvents" and other["Resource"] == others
+    assert not [s for s in _channel_statements(TemplateModel(SWITCHES_ON), "RelayEventBridgeFunction")
+                if s["Sid"] == "PutEventsOnTheBusesMessagesName"]
+
+
 @pytest.mark.parametrize("function", list(RELAY_FUNCTIONS.values()))
 def test_a_relay_may_invoke_itself_to_start_its_successor(function: str) -> None:
     props = RESOURCES[function]["Properties"]
@@ -443,7 +511,7 @@ def test_a_relay_may_invoke_itself_to_start_its_successor(function: str) -> None
     assert resolve(statement["Resource"]) == f"arn:aws:lambda:eu-west-1:123456789012:function:{name}"
     # only where a poller starts successors
     (policy,) = [p for p in props["Policies"] if p != {"Ref": "DatabaseAccessPolicy"}]
-    (conditional,) = [s for s in policy["Statement"] if "Fn::If" in s and s["Fn::If"][0] == "IsLatencyMode"]
+    (conditional,) = [s for s in policy["Statement"] if "Fn::If" in s and s["Fn::If"][1]["Sid"] == "StartMySuccessor"]
     assert conditional["Fn::If"][0] == "IsLatencyMode" and conditional["Fn::If"][2] == {"Ref": "AWS::NoValue"}
     # and Lambda neither retries nor runs late the successor it started, as for a schedule event
     assert props["EventInvokeConfig"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 60}
@@ -492,5 +560,7 @@ def test_the_deploy_documentation_names_every_parameter_and_alarm() -> None:
     operating = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     for name, alarm in of_type("AWS::CloudWatch::Alarm").items():
         suffix = alarm["Properties"]["AlarmName"]["Fn::Sub"].removeprefix("${AWS::StackName}-")
-        generic = suffix.replace("-redis-", "-<channel>-").replace("-ses-", "-<channel>-")
+        generic = suffix
+        for channel in RELAY_FUNCTIONS:
+            generic = generic.replace(f"-{channel}-", "-<channel>-")
         assert f"`{generic}`" in operating, f"{name}: `{generic}` is not explained"

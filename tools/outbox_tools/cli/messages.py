@@ -86,7 +86,7 @@ def _aws_options(f):
     for option in reversed((
             click.option("--type", "type_", required=True, help="Message type, e.g. order.placed."),
             click.option("--payload", required=True, help="JSON text, or @file.json to read a file."),
-            click.option("--key", default=None, help="Ordering key (the MessageGroupId on FIFO)."),
+            click.option("--key", default=None, help="Ordering key: its messages are sent in enqueue order (the MessageGroupId on a FIFO queue or topic)."),
             click.option("--message-id", default=None, help="Idempotency key (UUID)."),
             click.option("--deliver-at", default=None, help="ISO 8601 time with offset."),
             click.option("--max-attempts", type=int, default=None))):

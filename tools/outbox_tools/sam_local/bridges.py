@@ -90,6 +90,32 @@ def sam_env(root: Path, addresses: Addresses, database_url: str, redis_url: str)
     return env
 
 
+def create_aws_destinations(root: Path, endpoint_url: str, region: str = "us-east-1") -> None:
+    """Create in moto at `endpoint_url` the queue, topic and bus infra/sam-env.json gives the
+    SQS, SNS and EventBridge relays, so their gates find them (moto starts empty)."""
+    import boto3
+
+    env = json.loads((root / "infra" / "sam-env.json").read_text())
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=endpoint_url, region_name=region,
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    queue_url = env.get("RelaySqsFunction", {}).get("OUTBOX_SQS_QUEUE_URL")
+    if queue_url:
+        name = queue_url.rsplit("/", 1)[1]
+        client("sqs").create_queue(QueueName=name, Attributes={"FifoQueue": "true"} if name.endswith(".fifo") else {})
+    topic_arn = env.get("RelaySnsFunction", {}).get("OUTBOX_SNS_TOPIC_ARN")
+    if topic_arn:
+        name = topic_arn.rsplit(":", 1)[1]
+        client("sns").create_topic(Name=name, Attributes={"FifoTopic": "true"} if name.endswith(".fifo") else {})
+    bus = env.get("RelayEventBridgeFunction", {}).get("OUTBOX_EVENTBRIDGE_BUS")
+    if bus and bus != "default":
+        events = client("events")
+        if not [b for b in events.list_event_buses(NamePrefix=bus)["EventBuses"] if b["Name"] == bus]:
+            events.create_event_bus(Name=bus)
+
+
 def ses_sender(root: Path) -> str:
     """The address infra/sam-env.json sends SES email from (moto must have it verified)."""
     env = json.loads((root / "infra" / "sam-env.json").read_text())
@@ -98,7 +124,7 @@ def ses_sender(root: Path) -> str:
 
 class Bridges:
     """Forwarders on `bridge` to the database's and Redis's servers, moto with
-    the sender verified, and a CloudFormation response server (calling
+    the sender verified and the SQS, SNS and EventBridge relays' destinations, and a CloudFormation response server (calling
     `on_response` with each answer), for as long as the block lasts. `environment()` is the env-vars file's content."""
 
     def __init__(self, root: Path, bridge: str, database_url: str, redis_url: str, *,
@@ -118,6 +144,7 @@ class Bridges:
             self.ses = self._stack.enter_context(LocalSesServer(host=self.bridge, max_send_rate=self.max_send_rate))
             self.cfn = self._stack.enter_context(ResponseServer(host=self.bridge, on_response=self.on_response))
             self.ses.verify(ses_sender(self.root))
+            create_aws_destinations(self.root, self.ses.url, self.ses.region)
         except BaseException:
             self._stack.close()
             raise

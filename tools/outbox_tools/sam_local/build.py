@@ -162,7 +162,7 @@ def sam_environment(python312: str) -> dict[str, str]:
 
 
 def local_parameter_overrides(root: Path) -> str:
-    """samconfig.toml's placeholders for `sam local` (both relays deployed)."""
+    """samconfig.toml's placeholders for `sam local` (every relay deployed)."""
     config = tomllib.loads((root / "samconfig.toml").read_text())
     return config["default"]["local_invoke"]["parameters"]["parameter_overrides"]
 

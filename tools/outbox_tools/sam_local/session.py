@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from outbox_relay.publishers.registry import CHANNELS
+
 from .bridges import Bridges, database_target, redis_target
 from .build import (
     HOST_ARCHITECTURE,
@@ -25,8 +27,7 @@ from .sam import Invocation, StartLambda, invoke
 
 #: The sample in events/ each function runs on when no --event is given.
 DEFAULT_EVENTS = {
-    "RelayRedisFunction": "relay-redis-scheduler.json",
-    "RelaySesFunction": "relay-ses-scheduler.json",
+    **{f"Relay{spec.template_prefix}Function": f"relay-{spec.channel.value}-scheduler.json" for spec in CHANNELS},
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
     "FeedbackFunction": "feedback-delivery.json",
@@ -109,7 +110,8 @@ class Session:
                               "pip install -e '.[dev]' in the checkout") from None
         a = self.bridges.addresses
         self.echo(f"containers reach PostgreSQL at {_where(a.postgres)}, Redis at {_where(a.redis)}, "
-                  f"SES (moto) at {_where(a.moto)}, CloudFormation's response URL at {self.bridges.cfn.url('/')}")
+                  f"moto (SES, SQS, SNS, EventBridge) at {_where(a.moto)}, CloudFormation's response URL at "
+                  f"{self.bridges.cfn.url('/')}")
         return self.bridges
 
     def _migrate(self, database_url: str) -> None:

@@ -17,12 +17,16 @@ from typing import Any, Sequence
 
 from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_text
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ...tracing import TRACEPARENT, traceparent_to_xray
 from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes
 from ..aws_client import call_timeouts, create_client
 
 #: The bytes the entry's Time field counts in its size, set or not
 #: ("Calculating Amazon EventBridge PutEvents event entry size").
 TIME_BYTES = 14
+
+#: Refusals of an event's source: the relay's fault for its own source, the message's for one it chose.
+CHOSEN_SOURCE_CODES = frozenset({"NotAuthorizedForSourceException"})
 
 CODES = ErrorCodes(
     throttled=frozenset({"ThrottlingException", "Throttling", "LimitExceededException"}),
@@ -60,9 +64,12 @@ class EventBridgePublisher(AwsBatchPublisher):
         self.client.describe_event_bus(Name=self.bus)
 
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
-        own = m.destination == DEFAULT_DESTINATION
+        # Naming the relay's own bus is not a choice of the message's: a refusal stops the batch.
+        own = m.destination in (DEFAULT_DESTINATION, self.bus)
         bus = self.bus if own else m.destination
-        source = (json.loads(m.headers_json).get("source") if m.headers_json else None) or self.source
+        stored = json.loads(m.headers_json) if m.headers_json else {}
+        chosen_source = stored.get("source")
+        source = chosen_source or self.source
         detail = detail_text(m.payload_json, m.message_id)
         size = len(detail.encode("utf-8")) + len(m.type.encode("utf-8")) + len(source.encode("utf-8")) + TIME_BYTES
         if size > MAX_AWS_MESSAGE_BYTES:
@@ -70,7 +77,12 @@ class EventBridgePublisher(AwsBatchPublisher):
                                   error=f"eventbridge: event entry is {size} bytes; the limit is "
                                         f"{MAX_AWS_MESSAGE_BYTES}")
         request = {"Source": source, "DetailType": m.type, "Detail": detail, "EventBusName": bus}
-        e = Entry(m, request, size, destination=bus, own_destination=own)
+        trace_header = traceparent_to_xray(stored.get(TRACEPARENT, ""))
+        if trace_header:
+            request["TraceHeader"] = trace_header  # EventBridge takes the X-Ray form only
+        # A source the message chose and IAM refuses is that message's fault, not the relay's.
+        e = Entry(m, request, size, destination=bus, own_destination=own,
+                  chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
         e.request["Id"] = entry_id  # removed before the call: PutEvents entries are matched by position
         return e
 

@@ -53,4 +53,5 @@ def build_redis_publisher(settings: Any) -> RedisStreamsPublisher:
         client, dedupe_ttl_seconds=settings.redis_dedupe_ttl_seconds, maxlen=settings.redis_maxlen,
         trim=settings.redis_trim, on_full=settings.redis_on_full, wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms, memory_high=settings.redis_memory_high,
-        oom_backoff_seconds=settings.redis_oom_backoff_seconds)
+        oom_backoff_seconds=settings.redis_oom_backoff_seconds, entry_format=settings.redis_format,
+        cloudevents_source=settings.cloudevents_source)

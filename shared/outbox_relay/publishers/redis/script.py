@@ -14,9 +14,10 @@ from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 # the bound, 'hold' adds nothing more and 'trim' trims to the bound anyway),
 # ARGV[4] = '1' when the caller WAITs for replicas (a dedupe hit then writes too, so
 # that the WAIT covers the entry it points at: replication applies writes in order),
-# ARGV[4 + i] = message i's fields joined by NUL: id, type, key ('' = none),
-# payload, created_at, headers ('' = none): one argument per message, because the
-# client packs every argument in Python; no field can hold NUL (PostgreSQL text cannot).
+# ARGV[4 + i] = message i joined by NUL: its ordering key ('' = none), then the entry's
+# field names and values in turn (the layout, OUTBOX_REDIS_FORMAT, is the caller's):
+# one argument per message, because the client packs every argument in Python; no
+# field can hold NUL (PostgreSQL text cannot).
 # Reply: one line per message, joined with "\n" into one string: "<entry id>"
 # (added), "=<entry id>" (already published: nothing added), "!<error>" (this
 # message failed; others go on), "~" (not attempted: an earlier message of
@@ -87,9 +88,7 @@ local added = 0
 for i = 1, n do
   local f = ARGV[i + 4]
   local a = find(f, '\\0', 1, true)
-  local b = find(f, '\\0', a + 1, true)
-  local c = find(f, '\\0', b + 1, true)
-  local key = c > b + 1 and sub(f, b + 1, c - 1) or nil
+  local key = a > 1 and sub(f, 1, a - 1) or nil
   local dedupe = KEYS[i + 1]
   local prior = key and failed[key] and '~' or pcall('GET', dedupe)
   if prior == '~' then
@@ -100,13 +99,14 @@ for i = 1, n do
   elseif added >= room then
     out[i] = '#'
   else
-    local d = find(f, '\\0', c + 1, true)
-    local e = find(f, '\\0', d + 1, true)
-    local t = {'id', sub(f, 1, a - 1), 'type', sub(f, a + 1, b - 1)}
-    if key then t[5] = 'key'; t[6] = key end
-    t[#t + 1] = 'payload'; t[#t + 1] = sub(f, c + 1, d - 1)
-    t[#t + 1] = 'created_at'; t[#t + 1] = sub(f, d + 1, e - 1)
-    if e < #f then t[#t + 1] = 'headers'; t[#t + 1] = sub(f, e + 1) end
+    local t, j, p = {}, 0, a + 1
+    while true do
+      local q = find(f, '\\0', p, true)
+      j = j + 1
+      if q == nil then t[j] = sub(f, p); break end
+      t[j] = sub(f, p, q - 1)
+      p = q + 1
+    end
     local res
     if xadd_trim then
       res = pcall('XADD', stream, 'MAXLEN', '~', ARGV[1], '*', unpack(t))

@@ -3,13 +3,17 @@ a mixin of `config.Settings`, and the relations between them."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from ...models import RedisOnFull, RedisTrim
+from ...models import RedisFormat, RedisOnFull, RedisTrim
 from ...urls import check_redis_url
+
+# RFC 3986: unreserved, reserved and percent characters.
+_URI_REFERENCE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]{1,512}")
 
 
 class RedisSettings(BaseSettings):
@@ -43,6 +47,13 @@ class RedisSettings(BaseSettings):
     redis_on_full: RedisOnFull = RedisOnFull.HOLD
     """OUTBOX_REDIS_ON_FULL: with `acknowledged`, a stream at its bound because a group lags:
     hold (publish nothing more to it, attempts refunded) | trim (trim anyway, count the loss)."""
+    redis_format: RedisFormat = RedisFormat.FIELDS
+    """OUTBOX_REDIS_FORMAT: fields (id, type, key, payload, …) | cloudevents (CloudEvents 1.0
+    attributes as fields: specversion, id, source, type, time, datacontenttype, subject, data)."""
+    cloudevents_source: str = "/outbox-relay"
+    """OUTBOX_CLOUDEVENTS_SOURCE: the CloudEvents `source` of every entry with
+    OUTBOX_REDIS_FORMAT=cloudevents, a URI reference (RFC 3986 characters, no spaces)."""
+
     redis_wait_replicas: int = Field(default=0, ge=0, le=5)
     """Replicas that must acknowledge a batch's writes (WAIT) before it is recorded delivered."""
     redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
@@ -53,6 +64,15 @@ class RedisSettings(BaseSettings):
     redis_oom_backoff_seconds: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
     """After an OOM reply, the gate claims nothing for this long (when Redis does not report
     its maxmemory) or until memory is below the high mark, seconds."""
+
+    @field_validator("cloudevents_source")
+    @classmethod
+    def _uri_reference(cls, v: str) -> str:
+        # Consumers route on it: refuse what is not a URI reference rather than send it.
+        if not _URI_REFERENCE.fullmatch(v):
+            raise ValueError("must be a URI reference of 1-512 RFC 3986 characters (no spaces), e.g. "
+                             "urn:shop:orders, https://shop.example/orders or /shop/orders")
+        return v
 
 
 #: Variables the relation checks below name (see `config._RELATION_VARS`).

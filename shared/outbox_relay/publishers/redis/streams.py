@@ -1,8 +1,10 @@
 """Redis Streams publisher: idempotent XADD through one Lua script, one pipeline per batch
 (per node, in a Redis Cluster), WAIT for replicas last in it when asked.
 
-Entry fields (docs/design.md, "Channels"): `id` (message id), `type`, `key` (omitted when none),
-`payload` (JSON text), `created_at` (ISO 8601 UTC), `headers` (JSON, when any).
+Entry fields (docs/channels.md, "Entry layouts"), with OUTBOX_REDIS_FORMAT=fields: `id`
+(message id), `type`, `key` (omitted when none), `payload` (JSON text), `created_at` (ISO 8601
+UTC), `headers` (JSON, when any), `traceparent` and `tracestate` (the producer's trace context,
+when stored). With `cloudevents`: the CloudEvents 1.0 attributes, one field each (`entry_fields`).
 
 Idempotency: the script checks a dedupe key, then XADDs and stores the new
 entry id under that key with a TTL, atomically (a Lua script runs as one unit:
@@ -29,7 +31,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import DownstreamUnavailable
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisOnFull, RedisTrim
+from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
+from ...tracing import TRACEPARENT, context_of
 from ..base import BasePublisher, Deadline, RecordResults
 from .metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text
@@ -60,6 +63,9 @@ class RedisStreamsPublisher(BasePublisher):
         memory_high: the gate claims nothing at or above this fraction of maxmemory.
         oom_backoff_seconds: after an OOM reply, how long the gate stays closed when
             Redis does not report its maxmemory, seconds.
+        entry_format: the entries' layout, `fields` or `cloudevents` (`plain_fields`,
+            `cloudevent_fields`).
+        cloudevents_source: the CloudEvents `source` attribute, with `cloudevents`.
     """
 
     channel = Channel.REDIS
@@ -68,8 +74,11 @@ class RedisStreamsPublisher(BasePublisher):
     def __init__(self, client: Any, *, dedupe_ttl_seconds: int, maxlen: int = 0,
                  trim: RedisTrim = RedisTrim.MAXLEN, on_full: RedisOnFull = RedisOnFull.HOLD,
                  wait_replicas: int = 0, wait_timeout_ms: int = 1000, memory_high: float = 0.9,
-                 oom_backoff_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 oom_backoff_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 entry_format: RedisFormat = RedisFormat.FIELDS, cloudevents_source: str = "/outbox-relay") -> None:
         self.client = client
+        self.entry_fields = cloudevent_fields(cloudevents_source) \
+            if RedisFormat(entry_format) is RedisFormat.CLOUDEVENTS else plain_fields
         self.dedupe_ttl_ms = int(dedupe_ttl_seconds * 1000)
         self.maxlen = int(maxlen)
         self.trimming = "maxlen" if RedisTrim(trim) is RedisTrim.MAXLEN else RedisOnFull(on_full).value
@@ -222,16 +231,15 @@ class RedisStreamsPublisher(BasePublisher):
             by_stream[m.destination].append(m)
         calls = []
         head = [str(self.maxlen), str(self.dedupe_ttl_ms), self.trimming, "1" if self.wait_replicas else "0"]
-        join = "\0".join
+        fields = self.entry_fields
         for stream, group in by_stream.items():
             prefix = dedupe_prefix(stream)
             for batch in script_calls(group):
                 keys = [stream]
                 args = list(head)
                 for m in batch:
-                    mid = m.message_id
-                    keys.append(prefix + mid)
-                    args.append(join((mid, m.type, m.key or "", m.payload_json, m.created_at, m.headers_json or "")))
+                    keys.append(prefix + m.message_id)
+                    args.append(fields(m))
                 calls.append(([len(keys), *keys, *args], batch))
         return calls
 
@@ -364,6 +372,53 @@ class RedisStreamsPublisher(BasePublisher):
     def _note_error(self, text: str) -> None:
         if text.lstrip().upper().startswith("OOM"):
             self.oom_at = self.clock()
+
+
+def _trace_fields(parts: list[str], headers_json: str) -> None:
+    """Append the stored trace context as `traceparent` (and `tracestate`) fields."""
+    if TRACEPARENT in headers_json:
+        traceparent, state = context_of(headers_json)
+        if traceparent is not None:
+            parts += ("traceparent", traceparent)
+            if state is not None:
+                parts += ("tracestate", state)
+
+
+def plain_fields(m: ClaimedMessage) -> str:
+    """The script's argument for `m` in the `fields` layout: its ordering key, then the
+    entry's names and values, joined by NUL (see `PUBLISH_SCRIPT`)."""
+    key = m.key
+    parts = [key or "", "id", m.message_id, "type", m.type]
+    if key is not None:
+        parts += ("key", key)
+    parts += ("payload", m.payload_json, "created_at", m.created_at)
+    headers = m.headers_json
+    if headers:
+        parts += ("headers", headers)
+        _trace_fields(parts, headers)
+    return "\0".join(parts)
+
+
+def cloudevent_fields(source: str) -> Callable[[ClaimedMessage], str]:
+    """The script's argument for a message in the `cloudevents` layout: the CloudEvents
+    1.0 attributes as fields (structured mode's attributes, the payload's JSON text as
+    `data`), the ordering key as `subject`, the trace context as the distributed tracing
+    extension (`traceparent`, `tracestate`), and the producer's headers, when any, as
+    the extension `outboxheaders` (JSON text)."""
+    def fields(m: ClaimedMessage) -> str:
+        key = m.key
+        parts = [key or "", "specversion", "1.0", "id", m.message_id, "source", source, "type", m.type,
+                 "time", m.created_at, "datacontenttype", "application/json"]
+        if key is not None:
+            parts += ("subject", key)
+        parts += ("data", m.payload_json)
+        headers = m.headers_json
+        if headers:
+            _trace_fields(parts, headers)
+            parts += ("outboxheaders", headers)
+        return "\0".join(parts)
+
+    return fields
 
 
 def _is_cluster(client: Any) -> bool:

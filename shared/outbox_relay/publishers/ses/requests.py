@@ -16,9 +16,10 @@ from typing import Any
 
 from ...email.addresses import address_of, encode_address, encode_header_value
 from ...email.mime import MAX_MESSAGE_BYTES, build_mime, field_errors
-from ...email.payload import OUTBOX_TAG, EmailPayload, load_payload
+from ...email.payload import MAX_CUSTOM_HEADERS, OUTBOX_TAG, EmailPayload, load_payload
 from ...errors import InvalidMessageError
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
+from ...tracing import TRACEPARENT, TRACESTATE, context_of
 
 #: Longest SES error text kept (after redaction), characters.
 MAX_ERROR_TEXT = 300
@@ -44,7 +45,8 @@ def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configurat
     MIME (the error names the field); None when it has no sender and none is
     configured. Anything else it raises is a bug of ours (the caller retries the message)."""
     try:
-        return _prepare(m, payload if payload is not None else load_payload(m.payload_json), default_sender,
+        loaded = payload if payload is not None else load_payload(m.payload_json)
+        return _prepare(m, _traced(loaded, m.headers_json), default_sender,
                         default_configuration_set, simple_headers)
     except InvalidMessageError as exc:
         return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT, error=f"ses: {exc}")
@@ -89,6 +91,21 @@ def _prepare(m: ClaimedMessage, payload: EmailPayload, default_sender: str | Non
         redactions(boxes)  # parses every address again; fails here, not in a worker
     return Prepared(seq=m.seq, request=request, cost=len(payload.recipients), own_sender=own_sender,
                     own_configuration_set=payload.configuration_set, mailboxes=boxes)
+
+
+def _traced(payload: EmailPayload, headers_json: str | None) -> EmailPayload:
+    """The email with the message's stored trace context as its `traceparent` (and
+    `tracestate`) headers, unless it sets its own or has no room left (SES takes 15
+    custom headers)."""
+    traceparent, state = context_of(headers_json)
+    if traceparent is None or any(k.lower() == TRACEPARENT for k in payload.headers):
+        return payload
+    extra = {TRACEPARENT: traceparent, TRACESTATE: state} if state else {TRACEPARENT: traceparent}
+    if len(payload.headers) + len(extra) > MAX_CUSTOM_HEADERS:
+        extra.pop(TRACESTATE, None)
+    if len(payload.headers) + len(extra) > MAX_CUSTOM_HEADERS:
+        return payload
+    return payload.model_copy(update={"headers": {**payload.headers, **extra}})
 
 
 def _content_field(field: str) -> Any:

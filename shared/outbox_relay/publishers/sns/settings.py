@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-_TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
+# A topic name is at most 256 characters, a FIFO topic's ".fifo" included ("CreateTopic", Name).
+_TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:(?:[A-Za-z0-9_-]{1,256}|[A-Za-z0-9_-]{1,251}\.fifo)")
 
 
 class SnsSettings(BaseSettings):
@@ -29,4 +30,4 @@ def check_settings(s: Any, relayed: bool) -> None:
         raise ValueError("OUTBOX_SNS_TOPIC_ARN: set the topic's ARN for OUTBOX_CHANNEL=sns")
     if s.sns_topic_arn and not _TOPIC_ARN.fullmatch(s.sns_topic_arn):
         raise ValueError("OUTBOX_SNS_TOPIC_ARN: must be a topic ARN, arn:aws:sns:<region>:<account>:<name> "
-                         "(a name of 1-256 letters, digits, '_' or '-', '.fifo' for FIFO)")
+                         "(a name of at most 256 letters, digits, '_' or '-', ending in '.fifo' for FIFO)")

@@ -9,8 +9,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings
 
 # https://sqs.<region>.amazonaws.com/<account>/<name>, or a local endpoint's URL in the same shape.
-_QUEUE_URL = re.compile(r"https?://[^/\s]+/\d{12}/[A-Za-z0-9_-]{1,75}(\.fifo)?|https?://[^/\s]+/[^/\s]+/"
-                        r"[A-Za-z0-9_-]{1,75}(\.fifo)?")
+# A queue name is at most 80 characters, a FIFO queue's ".fifo" included ("CreateQueue", QueueName).
+_NAME = r"(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)"
+_QUEUE_URL = re.compile(rf"https?://[^/\s]+/[^/\s]+/{_NAME}")
 
 
 class SqsSettings(BaseSettings):
@@ -31,4 +32,4 @@ def check_settings(s: Any, relayed: bool) -> None:
         raise ValueError("OUTBOX_SQS_QUEUE_URL: set the queue's URL for OUTBOX_CHANNEL=sqs")
     if s.sqs_queue_url and not _QUEUE_URL.fullmatch(s.sqs_queue_url):
         raise ValueError("OUTBOX_SQS_QUEUE_URL: must be a queue URL, https://sqs.<region>.amazonaws.com/"
-                         "<account>/<name> (a name of 1-80 letters, digits, '_' or '-', '.fifo' for FIFO)")
+                         "<account>/<name> (a name of at most 80 letters, digits, '_' or '-', ending in '.fifo' for FIFO)")

@@ -1,0 +1,196 @@
+"""W3C trace context through the outbox (docs/channels.md, "Trace context").
+
+At enqueue, the producer stores the current context as the message headers
+`traceparent` and `tracestate`: from OpenTelemetry when it is installed and a
+span is current, else from the Lambda X-Ray trace header (`_X_AMZN_TRACE_ID`).
+The relay's span for a batch links to each message's context (OpenTelemetry
+messaging conventions: links, not parents, for a batch send), and each
+publisher carries the context onward (a stream entry field, an email header, an
+SQS or SNS attribute, EventBridge's TraceHeader).
+
+OpenTelemetry is optional: it is imported on first use, only when installed, and
+without it everything here still works (no span, the X-Ray fallback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from contextlib import nullcontext
+from typing import Any, ContextManager, Iterable, Mapping
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+#: The Lambda runtime's X-Ray trace header, set per invocation.
+XRAY_ENV = "_X_AMZN_TRACE_ID"
+#: Longest tracestate kept (W3C: at most 32 list members; 512 characters is what
+#: propagators must at least carry). A longer one is dropped, not cut.
+MAX_TRACESTATE_CHARS = 512
+
+# version 00: trace id (32 hex, not all zero), parent id (16 hex, not all zero), flags (2 hex).
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_XRAY_ROOT = re.compile(r"1-([0-9a-f]{8})-([0-9a-f]{24})")
+_TRACESTATE = re.compile(r"[\x20-\x7e]*")
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+
+_otel: Any = None  # the opentelemetry.trace module, False when not installed, None before the first look
+
+
+def parse_traceparent(value: Any) -> tuple[str, str, str] | None:
+    """(trace id, parent span id, flags) of a valid version-00 traceparent, else None."""
+    if not isinstance(value, str):
+        return None
+    m = _TRACEPARENT.fullmatch(value)
+    if m is None or m.group(1) == _ZERO_TRACE or m.group(2) == _ZERO_SPAN:
+        return None
+    return m.group(1), m.group(2), m.group(3)
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The trace id of a traceparent (for log lines), None when there is none."""
+    parsed = parse_traceparent(traceparent)
+    return parsed[0] if parsed else None
+
+
+def xray_to_traceparent(header: str | None) -> str | None:
+    """The X-Ray header `Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=1` as a
+    traceparent (the X-Ray trace id is a W3C trace id with its dashes taken out).
+    None without a Root and a Parent: a traceparent needs a parent span id."""
+    if not header:
+        return None
+    parts = dict(p.strip().split("=", 1) for p in header.split(";") if "=" in p)
+    root = _XRAY_ROOT.fullmatch(parts.get("Root", ""))
+    parent = parts.get("Parent", "")
+    if root is None:
+        return None
+    value = f"00-{root.group(1)}{root.group(2)}-{parent}-{'01' if parts.get('Sampled') == '1' else '00'}"
+    return value if parse_traceparent(value) else None
+
+
+def traceparent_to_xray(traceparent: str) -> str | None:
+    """A traceparent as an X-Ray trace header (SQS's AWSTraceHeader, EventBridge's TraceHeader)."""
+    parsed = parse_traceparent(traceparent)
+    if parsed is None:
+        return None
+    trace, parent, flags = parsed
+    sampled = int(flags, 16) & 1
+    return f"Root=1-{trace[:8]}-{trace[8:]};Parent={parent};Sampled={sampled}"
+
+
+def _opentelemetry() -> Any:
+    """opentelemetry.trace, imported once when installed; None when it is not."""
+    global _otel
+    if _otel is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            trace = False
+        _otel = trace
+    return _otel or None
+
+
+def current_context() -> dict[str, str]:
+    """The current W3C context as headers: OpenTelemetry's current span when one is
+    valid, else the X-Ray trace header of this Lambda invocation; {} when neither."""
+    trace = _opentelemetry()
+    if trace is not None:
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid:
+            out = {TRACEPARENT: f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"}
+            state = ctx.trace_state.to_header() if ctx.trace_state else ""
+            if state and len(state) <= MAX_TRACESTATE_CHARS:
+                out[TRACESTATE] = state
+            return out
+    traceparent = xray_to_traceparent(os.environ.get(XRAY_ENV))
+    return {TRACEPARENT: traceparent} if traceparent else {}
+
+
+def with_context(headers: Any, context: Mapping[str, str]) -> Any:
+    """`headers` with the trace context added; a traceparent the caller gave wins, with
+    its own tracestate or none. Headers that are not a mapping are left as they are,
+    for validation to refuse, naming them."""
+    if not context or (headers is not None and not isinstance(headers, Mapping)) \
+            or (headers and TRACEPARENT in headers):
+        return headers
+    return {**context, **headers} if headers else dict(context)
+
+
+def check_context(traceparent: Any, tracestate: Any) -> dict[str, str]:
+    """Validate a context given as values (the SQL functions' arguments mirror this):
+    raises ValueError naming `traceparent` or `tracestate`."""
+    if traceparent is None:
+        if tracestate is not None:
+            raise ValueError("tracestate: needs a traceparent")
+        return {}
+    if parse_traceparent(traceparent) is None:
+        raise ValueError("traceparent: must be a W3C traceparent, 00-<32 hex>-<16 hex>-<2 hex>, ids not all zero")
+    out = {TRACEPARENT: traceparent}
+    if tracestate is not None:
+        if not isinstance(tracestate, str) or len(tracestate) > MAX_TRACESTATE_CHARS \
+                or not _TRACESTATE.fullmatch(tracestate):
+            raise ValueError(f"tracestate: must be printable ASCII of at most {MAX_TRACESTATE_CHARS} characters")
+        if tracestate:
+            out[TRACESTATE] = tracestate
+    return out
+
+
+def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
+    """(traceparent, tracestate) stored in a message's headers, (None, None) when none.
+    The substring test keeps messages without a context from being parsed."""
+    if not headers_json or TRACEPARENT not in headers_json:
+        return None, None
+    try:
+        headers = json.loads(headers_json)
+    except ValueError:
+        return None, None
+    if not isinstance(headers, dict):
+        return None, None
+    traceparent = headers.get(TRACEPARENT)
+    if parse_traceparent(traceparent) is None:
+        return None, None
+    state = headers.get(TRACESTATE)
+    return traceparent, state if isinstance(state, str) and state else None
+
+
+# Messaging system names (OpenTelemetry semantic conventions, messaging.system;
+# Redis Streams and SES have no listed value, so their own names).
+_SYSTEMS = {"redis": "redis", "ses": "aws_ses", "sqs": "aws_sqs", "sns": "aws_sns", "eventbridge": "aws_eventbridge"}
+
+
+def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
+    """The relay's span for publishing a batch: a PRODUCER span `send <destination>`
+    that links to each message's stored context (OpenTelemetry messaging conventions:
+    a batch send links to the creation context of each message, it is not their
+    child). A null context when OpenTelemetry is not installed or has no SDK set up,
+    so the batch then costs nothing more."""
+    trace = _opentelemetry()
+    if trace is None:
+        return nullcontext()
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return nullcontext()
+    messages = list(messages)
+    links = []
+    destinations = set()
+    for m in messages:
+        destinations.add(m.destination)
+        traceparent, state = context_of(m.headers_json)
+        if traceparent is None:
+            continue
+        t, s, flags = parse_traceparent(traceparent)  # type: ignore[misc]
+        ctx = trace.SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=trace.TraceFlags(int(flags, 16)),
+                                trace_state=trace.TraceState.from_header([state]) if state else None)
+        links.append(trace.Link(ctx, {"messaging.message.id": m.message_id}))
+    destination = next(iter(destinations)) if len(destinations) == 1 else None
+    attributes: dict[str, Any] = {
+        "messaging.system": _SYSTEMS.get(channel, channel),
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.batch.message_count": len(messages),
+    }
+    if destination is not None:
+        attributes["messaging.destination.name"] = destination
+    tracer = trace.get_tracer("outbox_relay")
+    return tracer.start_as_current_span(f"send {destination}" if destination else "send", kind=trace.SpanKind.PRODUCER,
+                                        links=links, attributes=attributes)
