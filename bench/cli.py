@@ -101,6 +101,7 @@ class Config:
         self.aws = dict(n=n or (100 if quick else 3_000),
                         batch_size=max(self.batch_sizes) if batch_sizes else (100 if quick else 1000),
                         rounds=1 if quick else 5)
+        self.feedback = dict(events=200 if quick else 5_000, sends=200 if quick else 2_000, rounds=2 if quick else 4)
         self.recovery = dict(n=n or (2_000 if quick else 100_000),
                              batch_size=max(self.batch_sizes) if batch_sizes else 1000, invocations=4,
                              rounds=1 if quick else 2)
@@ -159,6 +160,7 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
             "sqs": lambda: _aws(env, cfg, console, "sqs"),
             "sns": lambda: _aws(env, cfg, console, "sns"),
             "eventbridge": lambda: _aws(env, cfg, console, "eventbridge"),
+            "feedback": lambda: _feedback(env, cfg, console),
             "instructions": lambda: _instructions(env, cfg, console),
             "phases": lambda: _phases(env, cfg, console),
             "redis": lambda: _redis(env, cfg, console),
@@ -357,6 +359,15 @@ def _aws(env: BenchEnv, cfg: Config, console: Console, channel: str) -> dict[str
     return result
 
 
+def _feedback(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .feedback import run_feedback
+
+    result = run_feedback(env, **cfg.feedback)
+    console.print(f"  {result['recording']['events_per_second']:,} feedback events recorded/s; send path with "
+                  f"suppression on: {result['send_path']['ratio_on_to_off']:.3f}x off")
+    return result
+
+
 def _instructions(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     from .instructions import run_instructions
 
@@ -503,6 +514,8 @@ for _channel, _what in (("sqs", "SQS through moto (standard and FIFO queues)"),
     _make(_channel, (_channel,), f"{_what}: drain-mode msg/s as a ratio to the channel's minimal loop on the same "
           "server, HTTP calls and statements per batch.")
 _make("aws", ("sqs", "sns", "eventbridge"), "SQS, SNS and EventBridge through one moto server, in one run.")
+_make("feedback", ("feedback",), "SES feedback: events recorded per second through the feedback handler, and "
+      "the SES send path with the suppression list on as a ratio to off (interleaved rounds); not part of all.")
 _make("redis", ("redis",), "Redis as on AWS, on servers of its own: one node vs a cluster of 3 primaries, WAIT 1 vs "
       "none (batch 1,000 over 100 streams, 20,000 messages), a primary killed mid-drain with WAIT 1; not part of all.")
 _make("instructions", ("instructions",), "Relay-process instructions per message (valgrind callgrind; "

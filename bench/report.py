@@ -469,6 +469,17 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
                       f"{d['check']['out_of_order']} ({m['check']['out_of_order']})",
                       "ok" if r["check"]["ok"] else "FAILED")
         console.print(t)
+    fb = results.get("feedback")
+    if fb:
+        rec, send = fb["recording"], fb["send_path"]
+        t = Table(title="SES feedback (feedback handler; SES relay on moto, suppression off vs on)")
+        for col in ("events", "events/s", "emails", "µs/email off", "µs/email on", "on / off", "CPU on / off",
+                    "check"):
+            t.add_column(col, justify="right")
+        t.add_row(_fmt(rec["events"]), _fmt(rec["events_per_second"]), _fmt(send["sends"]),
+                  _fmt(send["us_per_email_off"]), _fmt(send["us_per_email_on"]), f"{send['ratio_on_to_off']:.3f}",
+                  f"{send.get('cpu_ratio_on_to_off', float('nan')):.3f}", "ok" if fb["check"]["ok"] else "FAILED")
+        console.print(t)
     rd = results.get("redis")
     if rd and rd.get("runs"):
         t = Table(title=f"Redis as on AWS: drain mode, batch {rd['batch_size']:,}, {rd['messages']:,} messages "
@@ -808,6 +819,19 @@ def markdown(results: dict[str, Any]) -> str:
                        f"{d['max_bytes_per_call']:,} | {d['check']['out_of_order']} ({m['check']['out_of_order']}) "
                        f"| {_fmt(cpu.get('client'))} ({_fmt(loop_cpu.get('client'))}) "
                        f"| {_fmt(cpu.get('moto'))} ({_fmt(loop_cpu.get('moto'))}) |")
+        out.append("")
+    fb = results.get("feedback")
+    if fb:
+        rec, send = fb["recording"], fb["send_path"]
+        out.append(f"SES feedback (`python -m bench feedback`{_when(fb)}): {rec['events_per_second']:,.1f} events "
+                   f"recorded per second through the feedback handler, one SNS event per invocation "
+                   f"({rec['events']:,} events, a tenth of them permanent bounces; {rec['redelivered']} redelivered, "
+                   f"all duplicates, nothing changed). The SES relay on moto with the suppression list on "
+                   f"({send['listed_addresses']:,} addresses listed, none a recipient) against off: "
+                   f"{send['us_per_email_on']:,.0f} vs {send['us_per_email_off']:,.0f} µs per email, "
+                   f"a ratio of {send['ratio_on_to_off']:.3f}; in this process's CPU time "
+                   f"{send.get('cpu_ratio_on_to_off', float('nan')):.3f} (medians of {send['rounds']} rounds "
+                   f"alternating which goes first, {send['sends']:,} emails each, batch {send['batch_size']}).")
         out.append("")
     rd = results.get("redis")
     if rd and rd.get("runs"):

@@ -238,7 +238,8 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, policy: RelayPol
     delivered → DELIVERED; permanent → DEAD; transient → RETRY after
     `backoff.delay(attempts)` (dead in SQL once attempts reach the maximum);
     throttled → RELEASE (refund) after `retry_after_seconds` or the throttle
-    delay; downstream unavailable, configuration, not attempted → RELEASE (refund).
+    delay; suppressed → DEAD; ambiguous → SETTLE (pending after the settle
+    window in `retry_after_seconds`, attempt kept); downstream unavailable, configuration, not attempted → RELEASE (refund).
     """
     cls = result.error_class
     if cls is None:
@@ -249,6 +250,11 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, policy: RelayPol
         delay = result.retry_after_seconds if result.retry_after_seconds is not None \
             else policy.backoff.delay(message.attempts)
         return Outcome(result.seq, OutcomeKind.RETRY, cls, result.error, None, delay)
+    if cls is ErrorClass.SUPPRESSED:
+        return Outcome(result.seq, OutcomeKind.DEAD, cls, result.error)
+    if cls is ErrorClass.AMBIGUOUS:
+        # Not dead even on its last attempt: SES may have it; the feedback settles it (decision 0047).
+        return Outcome(result.seq, OutcomeKind.SETTLE, cls, result.error, None, result.retry_after_seconds or 0.0)
     if cls is ErrorClass.THROTTLED:
         delay = result.retry_after_seconds if result.retry_after_seconds is not None \
             else policy.throttle_delay_seconds

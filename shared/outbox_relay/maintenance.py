@@ -31,6 +31,7 @@ from . import observability as obs
 from .config import MaintenanceSettings, load_maintenance_settings
 from .db import create_relay_engine
 from .errors import InvalidEventError
+from .feedback.store import purge_email_events
 from .models import Channel, ErrorClass
 from .operations.purge import PurgeResult, purge
 from .operations.redrive import RedriveSelection, redrive
@@ -145,7 +146,12 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
             dead_older_than_seconds=deps.settings.retain_dead_seconds,
             keep_going=lambda: context.get_remaining_time_in_millis() / 1000.0 > reserve,
         )
-        summary = {"action": "maintenance", "purged": purged.as_dict(),
+        # SES feedback events go with the longer of the two windows: a dead letter's story is kept as long as it is.
+        events_purged = purge_email_events(
+            deps.engine, older_than_seconds=max(deps.settings.retain_delivered_seconds,
+                                                deps.settings.retain_dead_seconds),
+            keep_going=lambda: context.get_remaining_time_in_millis() / 1000.0 > reserve)
+        summary = {"action": "maintenance", "purged": purged.as_dict(), "email_events_purged": events_purged,
                    "retain_delivered_seconds": deps.settings.retain_delivered_seconds,
                    "retain_dead_seconds": deps.settings.retain_dead_seconds}
         obs.logger.info("retention purge done", extra={"delivered": purged.delivered, "dead": purged.dead,

@@ -77,6 +77,8 @@ class ErrorClass(str, enum.Enum):
     DOWNSTREAM_UNAVAILABLE = "downstream_unavailable"  # Redis down, SES paused: refunded
     CONFIGURATION = "configuration"  # our sender/identity/account is refused: stop the batch
     NOT_ATTEMPTED = "not_attempted"  # released before delivery (deadline, batch stopped)
+    AMBIGUOUS = "ambiguous"  # the send's answer was lost: waits for SES feedback, else sent once more
+    SUPPRESSED = "suppressed"  # a recipient is on the suppression list: dead letter, never sent
 
 
 class OutcomeKind(str, enum.Enum):
@@ -86,6 +88,7 @@ class OutcomeKind(str, enum.Enum):
     RETRY = "retry"  # pending after a backoff delay; dead when attempts reached the maximum
     DEAD = "dead"  # dead letter now, error recorded
     RELEASE = "release"  # pending after `delay_seconds`, the claim's attempt refunded
+    SETTLE = "settle"  # pending after `delay_seconds`, attempt kept, never dead here (an ambiguous send)
 
 
 class ClaimedMessage(NamedTuple):

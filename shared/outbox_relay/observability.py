@@ -75,6 +75,12 @@ PENDING_DEPTH = "PendingDepth"
 DEAD_COUNT = "DeadCount"
 PURGED = "Purged"
 
+# SES feedback (the feedback function, dimension service only): events recorded, seen
+# before, for no known message, refused as malformed; ambiguous sends settled; addresses
+# suppressed. Reputation (dimension configuration_set): sends, permanent bounces, complaints.
+FEEDBACK_METRICS = ("FeedbackRecorded", "FeedbackDuplicate", "FeedbackUnknownMessage", "FeedbackRefused",
+                    "FeedbackSettled", "FeedbackSuppressed", "EmailSent", "EmailBounced", "EmailComplained")
+
 #: Every metric the code emits, with its unit.
 METRIC_UNITS: dict[str, MetricUnit] = {
     CLAIMED: MetricUnit.Count,
@@ -98,6 +104,7 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     DEAD_COUNT: MetricUnit.Count,
     PURGED: MetricUnit.Count,
 }
+METRIC_UNITS.update({name: MetricUnit.Count for name in FEEDBACK_METRICS})
 # Each channel's own metrics (its publisher's `counters`) are counts, named in its spec.
 METRIC_UNITS.update({name: MetricUnit.Count for spec in CHANNELS for name in spec.metrics})
 

@@ -72,6 +72,9 @@ class Bad:
 
 
 SES_RELAY = ("relay", "--event", SES_EVENT)
+#: The SES relay with the addresses' key; the feedback function on a sample SES event.
+SES_KEYED = {**SES, "OUTBOX_SES_ADDRESS_KEY": "k" * 40}
+FEEDBACK = ("relay", "--function", "feedback", "--event", str(ROOT / "events" / "feedback-bounce.json"))
 
 # {variable: [bad values]}. `{unmigrated}`, `{missing}` and `{url}` in a value (and in
 # `env`) are filled in with this module's databases, `{q}` with what starts one more
@@ -175,6 +178,23 @@ ENV: dict[str, list[Bad]] = {
     "OUTBOX_SES_RECORD_GROUP_SIZE": [Bad("0", "greater than or equal to 1", env=SES, command=SES_RELAY)],
     "OUTBOX_SES_QUOTA_DEFERRAL_SECONDS": [Bad("1e12", "less than or equal", env=SES, command=SES_RELAY)],
     "OUTBOX_SES_MAX_SEND_RATE": [Bad("0", "greater than 0", env=SES, command=SES_RELAY)],
+    # SES feedback (issue 25): the relay's settings, and the feedback function's key
+    "OUTBOX_SES_FEEDBACK": [Bad("maybe", "true or false", env=SES, command=SES_RELAY),
+                            Bad("true", "OUTBOX_SES_CONFIGURATION_SET", env=SES_KEYED, command=SES_RELAY)],
+    "OUTBOX_SES_SETTLE_SECONDS": [Bad("1", "greater than or equal to 5", env=SES, command=SES_RELAY),
+                                  Bad("nan", "finite", env=SES, command=SES_RELAY)],
+    "OUTBOX_SES_SUPPRESSION": [Bad("sometimes", "true or false", env=SES, command=SES_RELAY),
+                               Bad("true", "OUTBOX_SES_ADDRESS_KEY", env=SES, command=SES_RELAY)],
+    "OUTBOX_SES_ADDRESS_KEY": [Bad("too short", "at least 32 characters", env=SES, command=SES_RELAY),
+                               Bad("too short", "at least 32 characters", command=FEEDBACK),
+                               Bad("", "OUTBOX_SES_ADDRESS_KEY_SECRET_ARN", command=FEEDBACK)],
+    "OUTBOX_SES_ADDRESS_KEY_SECRET_ARN": [
+        Bad("not-an-arn", "pattern", env=SES, command=SES_RELAY),
+        Bad("arn:aws:secretsmanager:us-east-1:123456789012:secret:none", "cannot read the secret",
+            env={**SES, "OUTBOX_SES_SUPPRESSION": "true"}, command=SES_RELAY, secrets=True),
+        Bad("arn:aws:secretsmanager:us-east-1:123456789012:secret:none", "cannot read the secret",
+            env={"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing"}, command=FEEDBACK, secrets=True)],
     "OUTBOX_SQS_QUEUE_URL": [Bad("sqs.example/q", "must be a queue URL", env=SQS),
                              Bad("", "set the queue's URL", env=SQS)],  # empty: unset
     "OUTBOX_SQS_MAX_CONCURRENCY": [Bad("0", "greater than or equal to 1", env=SQS)],
@@ -329,6 +349,14 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(("purge",), "--delivered-older-than", "P99999999Y", "--delivered-older-than"),
         BadOption(("purge",), "--dead-older-than", "99999999999999d", "--dead-older-than"),
         BadOption(("purge",), "--batch-size", "0", "--batch-size"),
+        # SES feedback's commands (issue 25)
+        BadOption(("show",), "MESSAGE_ID", "nope", "MESSAGE_ID"),
+        BadOption(("suppression", "add"), "ADDRESS", "not an address", "ADDRESS"),
+        BadOption(("suppression", "add"), "--note", "x" * 201, "--note", extra=("a@example.net",)),
+        BadOption(("suppression", "add"), "--note", "ask a@example.net", "--note", extra=("a@example.net",)),
+        BadOption(("suppression", "remove"), "ADDRESS", "a@@example.net", "ADDRESS"),
+        BadOption(("suppression", "list"), "--limit", "0", "--limit"),
+        BadOption(("suppression", "list"), "--limit", "x", "--limit"),
         # outbox local: refused before Docker, a build or a server is touched
         BadOption(li, "FUNCTION", "NoSuchFunction", "FUNCTION"),
         BadOption(li, "--event", files["missing"], "--event", extra=fn),

@@ -86,6 +86,8 @@ def test_every_sample_event_is_for_a_function_of_the_template() -> None:
         elif "RequestType" in event:  # a CloudFormation custom resource request, for the migration function
             assert event["ResourceProperties"]["ServiceToken"] == event["ServiceToken"], path.name
             assert model.resources[event["LogicalResourceId"]]["Type"] == event["ResourceType"], path.name
+        elif "Records" in event:  # an SES event as its SNS destination delivers it, for the feedback function
+            assert event["Records"][0]["EventSource"] == "aws:sns", path.name
         else:
             assert event["action"] in {"maintenance", "redrive"}, path.name
     assert {"relay-redis-scheduler.json", "eventbridge-scheduled-event.json"} <= set(RELAY_EVENTS)
@@ -252,3 +254,29 @@ def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
     client("sqs", ses.url).get_queue_url(QueueName=QUEUE_NAME)
     client("sns", ses.url).get_topic_attributes(TopicArn=TOPIC_ARN)
     client("events", ses.url).describe_event_bus(Name=BUS)
+
+
+@pytest.mark.slow  # a process
+def test_sam_local_invoke_environment_runs_the_feedback_handler(database_url, app_engine) -> None:
+    # Given the environment sam local invoke would give the feedback function (a key in place of the secret)
+    env = sam_local_environment("FeedbackFunction")
+    assert env["OUTBOX_SES_ADDRESS_KEY"] and env["OUTBOX_SES_ADDRESS_KEY_SECRET_ARN"] == ""
+    env["DATABASE_URL"] = database_url
+    env["PATH"] = os.environ.get("PATH", "")
+    # and the message the samples are about
+    message = json.loads(load(EVENTS / "feedback-bounce.json")["Records"][0]["Sns"]["Message"])
+    from outbox_relay.producer import enqueue_email
+
+    with app_engine.begin() as conn:
+        enqueue_email(conn, to=["bounce@simulator.amazonses.com"], subject="s", text="t",
+                      message_id=message["mail"]["tags"]["outbox-message-id"][0])
+
+    # When `outbox relay --function feedback` runs the handler on the Bounce sample
+    proc = subprocess.run([sys.executable, "-m", "outbox_tools.cli", "relay", "--function", "feedback", "--event",
+                           str(EVENTS / "feedback-bounce.json")], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+    # Then the bounce is recorded and its address suppressed, as a hash
+    summary = json.loads(proc.stdout)
+    assert (summary["recorded"], summary["suppressed"], summary["refused"]) == (1, 1, [])

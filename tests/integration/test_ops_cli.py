@@ -135,7 +135,8 @@ def test_stats_counts_per_channel_and_status(outbox, app_engine):
     assert ses["delivery_lag_ms"] == {"window_seconds": 300.0, "delivered": 0, "p50": None, "p99": None, "max": None}
     assert redis == {"channel": "redis", "pending": 3, "due_now": 2, "leased": 2, "expired_leases": 1,
                      "delivered": 3, "dead": 3, "dead_last_hour": 1, "dead_last_day": 2, "discarded": 0,
-                     "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0}
+                     "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0,
+                     "bounced": 0, "complained": 0, "suppressed": 0, "ambiguous": 0}
     assert 120 <= age < 150
     assert (ses["channel"], ses["pending"], ses["due_now"], ses["dead"]) == ("ses", 1, 1, 0)
     assert 30 <= ses["oldest_pending_age_seconds"] < 60
@@ -165,6 +166,7 @@ def test_stats_on_an_empty_outbox(outbox):
     assert run_json(outbox, "stats") == {"channels": [], "totals": {
         "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0, "discarded": 0,
         "dead_last_hour": 0, "dead_last_day": 0, "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0,
+        "bounced": 0, "complained": 0, "suppressed": 0, "ambiguous": 0,
         "oldest_pending_age_seconds": 0.0}, "pollers": []}
     assert outbox("stats") == (0, "the outbox is empty\n")
 

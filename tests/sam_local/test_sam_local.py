@@ -169,6 +169,27 @@ def test_maintenance_in_a_container(sample, run, database_url, app_engine) -> No
     assert {doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] for doc in emf} == {NAMESPACE}
 
 
+@pytest.mark.parametrize("sample", samples_of("FeedbackFunction"))
+def test_feedback_in_a_container(sample, run, database_url, app_engine) -> None:
+    # Given the email the samples are about, sent as the samples' SES message id
+    event = load(EVENTS / sample)
+    message = json.loads(event["Records"][0]["Sns"]["Message"])
+    from outbox_relay.producer import enqueue_email
+
+    with app_engine.begin() as conn:
+        enqueue_email(conn, to=["customer@example.net"], subject="s", text="t",
+                      message_id=uuid.UUID(message["mail"]["tags"]["outbox-message-id"][0]))
+        conn.execute(text("UPDATE outbox_message SET status = 'delivered', delivered_at = now(), "
+                          "delivery_ref = :ses"), {"ses": message["mail"]["messageId"]})
+    # When sam local invoke runs the feedback function on the sample
+    done = run("FeedbackFunction", event, database_url)
+    # Then the event is recorded against the message, and nothing was refused
+    assert_ran(done)
+    assert (done.result["recorded"], done.result["refused"]) == (1, [])
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_email_event")).scalar_one() == 1
+
+
 def _tables_and_revision(url: str) -> tuple[set[str], str | None]:
     engine = create_engine(url, poolclass=NullPool)
     try:

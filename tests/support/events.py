@@ -39,9 +39,11 @@ def relay_channel(event: dict[str, Any]) -> str | None:
 def functions_for(event: dict[str, Any]) -> list[str]:
     """The template's functions an event in events/ is for: a relay's schedule
     event, a maintenance request, a custom resource request for the migration
-    function; an EventBridge rule's "Scheduled Event" suits a relay and maintenance."""
+    function, an SNS delivery of an SES event for the feedback function; an EventBridge rule's "Scheduled Event" suits a relay and maintenance."""
     if "RequestType" in event:
         return ["MigrationFunction"]
+    if "Records" in event:  # SES events through the configuration set's SNS destination
+        return ["FeedbackFunction"]
     if "action" in event:
         return ["MaintenanceFunction"]
     channel = relay_channel(event)

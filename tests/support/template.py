@@ -140,6 +140,8 @@ class TemplateModel:
         for widget in body["widgets"]:
             for entry in widget.get("properties", {}).get("metrics", []):
                 parts = [p for p in entry if not isinstance(p, dict)]
+                if not parts:  # a metric math expression over the series above it
+                    continue
                 assert "." not in parts and "..." not in parts, f"write dashboard series out in full: {entry}"
                 series.append((parts[0], parts[1], dict(zip(parts[2::2], parts[3::2]))))
         return series

@@ -40,6 +40,10 @@ of_type = MODEL.of_type
 #: The dimensions of every EMF document the code writes (checked against the
 #: handler's real output in tests/e2e/test_events.py).
 EMF_DIMENSIONS = {"channel", "service"}
+#: The SES feedback function's metrics: service only, and the configuration set for reputation.
+REPUTATION_METRICS = {"EmailSent", "EmailBounced", "EmailComplained"}
+FEEDBACK_DIMENSIONS = {name: ({"service", "configuration_set"} if name in REPUTATION_METRICS else {"service"})
+                       for name in obs.FEEDBACK_METRICS}
 RELAY_FUNCTIONS = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
 PREFIXES = {s.channel.value: s.template_prefix for s in CHANNELS}
 #: A value of each channel's switch parameter that turns it on.
@@ -78,9 +82,10 @@ def test_every_relay_metric_in_the_template_is_one_the_code_emits(source: str) -
     assert ours, f"the {source} watches none of the relay's metrics"
     for namespace, name, dims in ours:
         assert name in obs.METRIC_UNITS, f"{source}: {name} is not a metric the code emits"
-        assert set(dims) == EMF_DIMENSIONS, f"{source}: {name} has dimensions {sorted(dims)}"
+        assert set(dims) == FEEDBACK_DIMENSIONS.get(name, EMF_DIMENSIONS), \
+            f"{source}: {name} has dimensions {sorted(dims)}"
         assert dims["service"] == obs.SERVICE
-        assert dims["channel"] in {c.value for c in Channel}
+        assert dims.get("channel", "ses") in {c.value for c in Channel}
     # Nothing else claims to be ours under another namespace.
     for namespace, name, _ in series:
         assert namespace == NAMESPACE or namespace.startswith("AWS/"), namespace
@@ -107,7 +112,7 @@ def test_alarms_cover_errors_throttles_duration_dead_letters_and_backlog() -> No
                        if ns == "AWS/Lambda" and dims == {"FunctionName": f"<{function}>"}}
         assert on_function == {"Errors", "Throttles", "Duration"}, function
     for channel in RELAY_FUNCTIONS:
-        relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims["channel"] == channel}
+        relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims.get("channel") == channel}
         redis_only = {obs.MEMORY_FULL, obs.NOT_REPLICATED, obs.STREAM_FULL, obs.TRIMMED_UNACKNOWLEDGED}
         expected = {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG, SECONDS_WITHOUT_POLLER}
         assert relay == (expected | redis_only if channel == "redis" else expected), channel
@@ -123,7 +128,9 @@ def test_backlog_alarm_threshold_is_the_parameter_and_duration_alarm_is_relative
         if props.get("MetricName") == obs.DELIVERY_LAG:
             assert props["Threshold"] == {"Ref": "DeliveryLagAlarmMilliseconds"}, name
             assert props["ExtendedStatistic"] == "p99" and alarm["Condition"].endswith("LagAlarmed"), name
-        for query in props.get("Metrics", []):
+        durations = any(q.get("MetricStat", {}).get("Metric", {}).get("MetricName") == "Duration"
+                        for q in props.get("Metrics", []))
+        for query in props.get("Metrics", []) if durations else []:
             if "Expression" in query:
                 assert "${FunctionTimeoutSeconds}" in query["Expression"]["Fn::Sub"], name
                 # a latency-mode relay runs until its deadline's margin, by design

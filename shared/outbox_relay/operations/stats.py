@@ -11,6 +11,9 @@ from .. import sql
 from ..db import run_with_retry
 from ..models import Channel
 
+#: Email feedback counts per channel (docs/design.md, "SES feedback"): messages with a bounce
+#: or a complaint recorded, dead-lettered as suppressed, waiting after an ambiguous send.
+FEEDBACK_COUNTS = ("bounced", "complained", "suppressed", "ambiguous")
 #: `outbox stats` gives the delivery lag of the messages delivered in this window, seconds.
 LAG_WINDOW_SECONDS = 300.0
 
@@ -22,7 +25,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
     count, p50, p99, max) of what was delivered in the last `lag_window_seconds`;
     all by the database clock.
 
-    Also, per channel with latency-mode pollers: how many are live now, and the
+    Also per channel: `FEEDBACK_COUNTS`. And per channel with latency-mode pollers: how many are live now, and the
     last window without a poller (its seconds, and how long ago it ended).
 
     Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…},
@@ -33,6 +36,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
         lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
                                                     {"window_seconds": float(lag_window_seconds)})}
         held = {r.channel: r for r in conn.execute(sql.operations.held_keys)}
+        feedback = {r.channel: r for r in conn.execute(sql.feedback.feedback_stats)}
         pollers = [{"channel": r.channel, "live": int(r.live),
                     "last_gap_seconds": None if r.last_gap_seconds is None else round(float(r.last_gap_seconds), 3),
                     "last_gap_ended_seconds_ago": None if r.last_gap_ended_seconds_ago is None
@@ -43,13 +47,17 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
         keys = held.get(r["channel"])
         r["keys_waiting_for_retry"] = int(keys.keys_waiting_for_retry) if keys else 0
         r["keys_behind_dead_letter"] = int(keys.keys_behind_dead_letter) if keys else 0
+        fb = feedback.get(r["channel"])
+        for key in FEEDBACK_COUNTS:
+            r[key] = int(getattr(fb, key)) if fb else 0
         lag = lags.get(r["channel"])
         r["delivery_lag_ms"] = {"window_seconds": lag_window_seconds, "delivered": lag.delivered if lag else 0,
                                 **{k: (round(float(getattr(lag, k)), 1) if lag is not None else None)
                                    for k in ("p50", "p99", "max")}}
     totals: dict[str, Any] = {}
     for key in ("pending", "due_now", "leased", "expired_leases", "delivered", "dead", "discarded",
-                "dead_last_hour", "dead_last_day", "keys_waiting_for_retry", "keys_behind_dead_letter"):
+                "dead_last_hour", "dead_last_day", "keys_waiting_for_retry", "keys_behind_dead_letter",
+                *FEEDBACK_COUNTS):
         totals[key] = sum(r[key] for r in rows)
     totals["oldest_pending_age_seconds"] = max((r["oldest_pending_age_seconds"] for r in rows), default=0.0)
     return {"channels": rows, "totals": totals, "pollers": pollers}

@@ -1,6 +1,7 @@
 """Every SQL statement, named and kept in `.sql` files beside this module, one
 file per area: `relay.sql` (claim, outcomes), `producer.sql` (enqueue) and
-`operations.sql` (statistics, dead letters, redrive, purge).
+`operations.sql` (statistics, dead letters, redrive, purge), `feedback.sql`
+(SES events and the suppression list).
 
 Each statement sits under a ``-- name: <name>`` header, followed by a line or
 two on what it does and which index serves it. ``{{other_name}}`` inside a
@@ -23,7 +24,7 @@ from sqlalchemy import TextClause, text
 
 _HEADER = re.compile(r"^-- name: *([a-z][a-z0-9_]*) *$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
-AREAS = ("relay", "producer", "operations")
+AREAS = ("relay", "producer", "operations", "feedback")
 
 
 def parse(source: str, filename: str = "<sql>") -> dict[str, str]:
@@ -90,6 +91,7 @@ _TEXTS = _load()
 relay = _namespace(_TEXTS["relay"])
 producer = _namespace(_TEXTS["producer"])
 operations = _namespace(_TEXTS["operations"])
+feedback = _namespace(_TEXTS["feedback"])
 
 
 def statement_text(name: str) -> str:
@@ -100,4 +102,4 @@ def statement_text(name: str) -> str:
     raise KeyError(name)
 
 
-__all__ = ["TextClause", "operations", "producer", "relay", "statement_text"]
+__all__ = ["TextClause", "feedback", "operations", "producer", "relay", "statement_text"]

@@ -237,7 +237,7 @@ WITH v AS MATERIALIZED (
                                      AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts) THEN 'dead'
                                 ELSE 'pending' END,
         attempts         = CASE WHEN v.kind = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
-        available_at     = CASE WHEN v.kind = 'release'
+        available_at     = CASE WHEN v.kind IN ('release', 'settle')
                                   OR (v.kind = 'retry'
                                       AND o.attempts < coalesce(o.max_attempts, :default_max_attempts))
                                 THEN now() + make_interval(secs => coalesce(v.delay, 0))

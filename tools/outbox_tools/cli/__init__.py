@@ -14,7 +14,7 @@ import click
 from outbox_relay.errors import ConfigurationError, InvalidMessageError
 from outbox_relay.publishers.registry import CHANNELS
 
-from . import local, messages, operations, sam_local
+from . import feedback, local, messages, operations, sam_local
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -86,7 +86,7 @@ def main() -> None:
 
 
 for _command in (local.migrate, local.relay, operations.stats, local.demo, operations.dead, operations.redrive,
-                 operations.purge):
+                 operations.purge, feedback.show, feedback.suppression):
     main.add_command(_command)
 # One enqueue command per registered channel, under the name its spec gives.
 for _spec in CHANNELS:

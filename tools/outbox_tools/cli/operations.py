@@ -18,7 +18,7 @@ from outbox_relay.operations.purge import PURGE_BATCH, count_purge
 from outbox_relay.operations.purge import purge as purge_messages
 from outbox_relay.operations.redrive import REDRIVE_BATCH, RedriveSelection, count_redrive
 from outbox_relay.operations.redrive import redrive as redrive_messages
-from outbox_relay.operations.stats import queue_stats
+from outbox_relay.operations.stats import FEEDBACK_COUNTS, queue_stats
 from outbox_relay.publishers.registry import CHANNELS
 
 from ..durations import format_seconds, parse_duration
@@ -81,6 +81,13 @@ def stats(as_json: bool, lag_window: str) -> None:
                       *(_ms(lag.get(k)) for k in ("p50", "p99", "max")))
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
+    if any(ch[k] for ch in data["channels"] for k in FEEDBACK_COUNTS):
+        email = Table(title="email feedback (messages)")
+        for col in ("channel", "delivered", *FEEDBACK_COUNTS):
+            email.add_column(col, justify="right" if col != "channel" else "left")
+        for ch in rows:
+            email.add_row(ch["channel"], str(ch["delivered"]), *(str(ch[k]) for k in FEEDBACK_COUNTS))
+        console.print(email)
     if data["pollers"]:
         pollers = Table(title="latency-mode pollers")
         for col in ("channel", "live now", "last window without a poller", "ended"):

@@ -30,6 +30,7 @@ DEFAULT_EVENTS = {
     **{f"Relay{spec.template_prefix}Function": f"relay-{spec.channel.value}-scheduler.json" for spec in CHANNELS},
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
+    "FeedbackFunction": "feedback-delivery.json",
 }
 
 

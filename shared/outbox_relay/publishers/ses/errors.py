@@ -134,3 +134,21 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
         return Classification(ErrorClass.CONFIGURATION, Verdict.STOP), type(exc).__name__
     # Connection refused or reset, timeouts, TLS (BotoCoreError), or anything else: nobody's fault.
     return Classification(ErrorClass.TRANSIENT, Verdict.MESSAGE), type(exc).__name__
+
+
+def answer_was_lost(exc: BaseException) -> bool:
+    """Whether SES may have accepted a send whose answer we did not get: the
+    request went out and then the connection dropped (reset or closed before the
+    reply), the reply came later than the read timeout, or SES answered 5xx
+    after the body was sent. A refused connection or a connect timeout sent
+    nothing, and any other answer is SES's word: those are not ambiguous."""
+    from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+    if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):
+        return True
+    if isinstance(exc, ClientError):
+        status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        code = str((exc.response.get("Error") or {}).get("Code") or "")
+        return status is not None and status >= 500 and code not in _THROTTLE_CODES
+    return False
+

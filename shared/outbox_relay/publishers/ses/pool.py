@@ -24,7 +24,7 @@ from ...errors import DownstreamUnavailable, StopBatch
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
 from ..base import Deadline, RecordResults
-from .errors import Verdict, classify_exception
+from .errors import Verdict, answer_was_lost, classify_exception
 from .rate import SendRateLimiter
 from .requests import Prepared, exception_message, redact, redactions
 
@@ -71,6 +71,9 @@ class SendSettings:
     quota_deferral_seconds: float
     default_sender_address: str | None
     default_configuration_set: str | None
+    #: With feedback on the default configuration set: how long a send whose answer was lost
+    #: waits for its event before it is sent again, seconds; None: such a send is transient.
+    settle_seconds: float | None = None
 
 
 class SendBatch:
@@ -197,7 +200,8 @@ class SendBatch:
                                                   "message names no 'from'"))
                         break
                     if isinstance(prepared, DeliveryResult):
-                        self.tally.fail("InvalidPayload")
+                        self.tally.fail("Suppressed" if prepared.error_class is ErrorClass.SUPPRESSED
+                                        else "InvalidPayload")
                         self.add(prepared)
                         self._key_done(m.seq, False)
                         self.flush()
@@ -277,6 +281,12 @@ class SendBatch:
             return DeliveryResult(m.seq, error_class=ErrorClass.TRANSIENT,
                                   error=f"ses: unexpected error preparing the send ({type(exc).__name__})")
 
+    def _settles(self, p: Prepared) -> bool:
+        """Whether feedback can settle this send: it is on, and the message goes
+        through the configuration set whose events reach the feedback function."""
+        return self.settings.settle_seconds is not None and (
+            p.own_configuration_set is None or p.own_configuration_set == self.settings.default_configuration_set)
+
     def send(self, p: Prepared) -> Attempt:
         """Worker thread: wait for the paced slot, send, classify. Never raises."""
         try:
@@ -293,7 +303,12 @@ class SendBatch:
                     default_configuration_set=self.settings.default_configuration_set)
                 text = f"ses {code}: {redact(exception_message(exc), redactions(p.mailboxes))}"
                 retry_after = self.settings.quota_deferral_seconds if c.verdict is Verdict.QUOTA else None
-                result = DeliveryResult(p.seq, error_class=c.error_class, error=text,
+                error_class = c.error_class
+                if error_class is ErrorClass.TRANSIENT and self._settles(p) and answer_was_lost(exc):
+                    # SES may have it: its event settles it, else it is sent once more after the window.
+                    error_class, retry_after = ErrorClass.AMBIGUOUS, self.settings.settle_seconds
+                    text = f"ses {code}: the answer was lost; waiting for SES feedback"
+                result = DeliveryResult(p.seq, error_class=error_class, error=text,
                                         retry_after_seconds=retry_after)
                 return Attempt(p.seq, c.verdict, result, code, text)
             return Attempt(p.seq, Verdict.DELIVERED, DeliveryResult(p.seq, delivery_ref=response["MessageId"]))

@@ -26,8 +26,10 @@ import time
 from typing import Any, Callable, Sequence
 
 from ...email.addresses import address_of, parse_address
-from ...errors import ConfigurationError
-from ...models import Channel, ClaimedMessage, DeliveryResult
+from ...email.payload import EmailPayload, load_payload
+from ...errors import ConfigurationError, InvalidMessageError
+from ...feedback.hashing import normalise
+from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
 from ..base import BasePublisher, Deadline, RecordResults
 from .client import create_ses_client, ses_timeouts, supports_simple_headers
@@ -56,6 +58,10 @@ class SesPublisher(BasePublisher):
             counts its quotas (None: none).
         record_interval_seconds: longest wait of a completed send before it is recorded, seconds.
         clock: monotonic clock, seconds (tests may pass their own).
+        settle_seconds: with feedback on the default configuration set, how long a send
+            whose answer was lost waits for its SES event, seconds (None: transient, as without).
+        suppression: the suppression list (a `feedback.store.SuppressionList`), checked
+            once per batch for every recipient; None: not checked.
     """
 
     channel = Channel.SES
@@ -65,7 +71,8 @@ class SesPublisher(BasePublisher):
                  default_configuration_set: str | None = None, max_concurrency: int = 8,
                  record_group_size: int = 10, quota_deferral_seconds: float = 3600.0,
                  max_send_rate: float | None = None, record_interval_seconds: float = RECORD_INTERVAL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, settle_seconds: float | None = None,
+                 suppression: Any | None = None) -> None:
         self.client = client
         self.default_sender = default_sender
         self.default_configuration_set = default_configuration_set
@@ -77,7 +84,9 @@ class SesPublisher(BasePublisher):
             quota_deferral_seconds=float(quota_deferral_seconds),
             default_sender_address=address_of(default_sender) if default_sender else None,
             default_configuration_set=default_configuration_set,
+            settle_seconds=settle_seconds,
         )
+        self.suppression = suppression
         self._share: Callable[[], float] | None = None
         self._clock = clock
         self._rate: float | None = None
@@ -191,12 +200,44 @@ class SesPublisher(BasePublisher):
             self._limiter = SendRateLimiter(self.send_rate(), clock=self._clock, share=self.rate_share)
         if self._deadline is None:
             self._deadline = deadline
-        SendBatch(self.client, self.settings, self._limiter, deadline, record, self._clock).run(messages, self.prepare)
+        prepare_one = self.prepare if self.suppression is None else self.suppressing(messages)
+        SendBatch(self.client, self.settings, self._limiter, deadline, record, self._clock).run(messages, prepare_one)
 
-    def prepare(self, m: ClaimedMessage) -> Prepared | DeliveryResult | None:
+    def prepare(self, m: ClaimedMessage, payload: EmailPayload | None = None) -> Prepared | DeliveryResult | None:
         """The ``SendEmail`` request of one message (see `requests.prepare`)."""
         return prepare(m, default_sender=self.default_sender, default_configuration_set=self.default_configuration_set,
-                       simple_headers=self._simple_headers)
+                       simple_headers=self._simple_headers, payload=payload)
+
+    def suppressing(self, messages: Sequence[ClaimedMessage]) -> Callable[[ClaimedMessage],
+                                                                         Prepared | DeliveryResult | None]:
+        """`prepare` for this batch, checking every recipient against the suppression
+        list in one statement first: a message with a suppressed recipient is
+        dead-lettered (SUPPRESSED) without a send, its error naming the field, not
+        the address. A payload that does not load is left to `prepare` to refuse."""
+        payloads: dict[int, EmailPayload] = {}
+        for m in messages:
+            try:
+                payloads[m.seq] = load_payload(m.payload_json)
+            except InvalidMessageError:
+                continue
+        reasons = self.suppression.reasons(
+            address_of(a) for p in payloads.values() for a in (*p.to, *p.cc, *p.bcc))
+        suppressed: dict[int, str] = {}
+        if reasons:
+            for seq, p in payloads.items():
+                for role, items in (("to", p.to), ("cc", p.cc), ("bcc", p.bcc)):
+                    hit = next((i for i, a in enumerate(items) if normalise(address_of(a)) in reasons), None)
+                    if hit is not None:
+                        reason = reasons[normalise(address_of(items[hit]))]
+                        suppressed[seq] = f"ses: not sent: {role}[{hit}] is on the suppression list ({reason})"
+                        break
+
+        def prepare_checked(m: ClaimedMessage) -> Prepared | DeliveryResult | None:
+            if m.seq in suppressed:
+                return DeliveryResult(m.seq, error_class=ErrorClass.SUPPRESSED, error=suppressed[m.seq])
+            return self.prepare(m, payloads.get(m.seq))
+
+        return prepare_checked
 
 
 def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublisher:
@@ -228,5 +269,15 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
         record_group_size=settings.ses_record_group_size,
         quota_deferral_seconds=settings.ses_quota_deferral_seconds,
         max_send_rate=settings.ses_max_send_rate,
-        # Only latency-mode invocations overlap the next one by design.
+        settle_seconds=settings.ses_settle_seconds if settings.ses_feedback else None,
+        suppression=suppression_list(settings) if settings.ses_suppression_on else None,
     )
+
+
+def suppression_list(settings: Any) -> Any:
+    """The suppression list on the relay's engine (the container's), with the addresses' key."""
+    from ...feedback.hashing import address_hasher
+    from ...feedback.store import SuppressionList
+    from ...runtime import get_engine
+
+    return SuppressionList(get_engine(), address_hasher(settings))

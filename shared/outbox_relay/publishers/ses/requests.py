@@ -39,13 +39,14 @@ class Prepared:
 
 
 def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configuration_set: str | None,
-            simple_headers: bool) -> Prepared | DeliveryResult | None:
-    """The request of one message; a PERMANENT result when its stored payload is
-    invalid or cannot be written as MIME (the error names the field); None when
-    it has no sender and none is configured. Anything else it raises is a bug
-    of ours (the caller retries the message)."""
+            simple_headers: bool, payload: EmailPayload | None = None) -> Prepared | DeliveryResult | None:
+    """The request of one message (`payload`: its payload, when already loaded); a
+    PERMANENT result when its stored payload is invalid or cannot be written as
+    MIME (the error names the field); None when it has no sender and none is
+    configured. Anything else it raises is a bug of ours (the caller retries the message)."""
     try:
-        return _prepare(m, _traced(load_payload(m.payload_json), m.headers_json), default_sender,
+        loaded = payload if payload is not None else load_payload(m.payload_json)
+        return _prepare(m, _traced(loaded, m.headers_json), default_sender,
                         default_configuration_set, simple_headers)
     except InvalidMessageError as exc:
         return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT, error=f"ses: {exc}")

@@ -22,12 +22,39 @@ class SesSettings(BaseSettings):
     ses_max_send_rate: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
     """Cap on the account's MaxSendRate from GetAccount, recipients per second (SES counts
     recipients); the lower one wins."""
+    ses_feedback: bool = False
+    """OUTBOX_SES_FEEDBACK: OUTBOX_SES_CONFIGURATION_SET has an event destination whose events reach
+    the feedback function (the template sets it): a send whose answer was lost waits for them."""
+    ses_settle_seconds: float = Field(default=600.0, ge=5, le=24 * 3600, allow_inf_nan=False)
+    """With feedback: how long a send whose answer was lost waits for its SES event before it is
+    sent once more, seconds."""
+    ses_suppression: bool | None = None
+    """OUTBOX_SES_SUPPRESSION: skip (dead-letter as suppressed) messages to addresses on the
+    suppression list; unset: on exactly when OUTBOX_SES_FEEDBACK is."""
+    ses_address_key: str | None = Field(default=None, repr=False)
+    """The key of the addresses' keyed hashes (at least 32 characters); or the secret below."""
+    ses_address_key_secret_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
+    """Secrets Manager secret holding that key (the template generates it)."""
+
+    @property
+    def ses_suppression_on(self) -> bool:
+        """Whether the relay checks the suppression list (OUTBOX_SES_SUPPRESSION, default: with feedback)."""
+        return self.ses_feedback if self.ses_suppression is None else self.ses_suppression
 
 
 #: The SES settings are checked field by field, and when its publisher is built
-#: (`publisher.build_ses_publisher`): no relation names a variable first.
-RELATION_VARIABLES: tuple[str, ...] = ()
+#: (`publisher.build_ses_publisher`); the relation below names the key's variable.
+RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SES_FEEDBACK", "OUTBOX_SES_ADDRESS_KEY")
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """No relation between the SES settings and the rest."""
+    """Feedback comes through a configuration set; an SES relay that checks the
+    suppression list needs the addresses' key."""
+    if relayed and s.ses_feedback and not s.ses_configuration_set:
+        raise ValueError("OUTBOX_SES_FEEDBACK: needs OUTBOX_SES_CONFIGURATION_SET, the configuration set whose "
+                         "event destination reaches the feedback function")
+    if relayed and s.ses_suppression_on and not (s.ses_address_key or s.ses_address_key_secret_arn):
+        raise ValueError("OUTBOX_SES_ADDRESS_KEY: the suppression list is on (OUTBOX_SES_SUPPRESSION, or "
+                         "OUTBOX_SES_FEEDBACK): set it or OUTBOX_SES_ADDRESS_KEY_SECRET_ARN")
+    if s.ses_address_key is not None and len(s.ses_address_key) < 32:
+        raise ValueError("OUTBOX_SES_ADDRESS_KEY: must be at least 32 characters")

@@ -1,0 +1,68 @@
+"""Email addresses as keyed hashes: the suppression list and the feedback
+events keep no address in clear (docs/decisions/0047-ambiguous-sends-and-a-hashed-suppression-list.md).
+
+The hash is HMAC-SHA-256 of the address's bare form, lower-cased, under a key
+of at least `MIN_KEY_CHARS` characters: OUTBOX_SES_ADDRESS_KEY, or the string of
+the Secrets Manager secret OUTBOX_SES_ADDRESS_KEY_SECRET_ARN (the template
+generates one). Without the key a stored hash cannot be tested against a guessed
+address; a new key makes every stored hash unmatchable (the list starts over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from ..errors import ConfigurationError
+
+#: Shortest key accepted, characters (256 bits as 64 hex digits, or a generated secret of 32+).
+MIN_KEY_CHARS = 32
+
+
+def normalise(address: str) -> str:
+    """The bare address, lower-cased: ``Jiwoo <Jiwoo@Example.com>`` → ``jiwoo@example.com``.
+    SES and receiving servers treat addresses case-insensitively in practice."""
+    text = address.strip()
+    if text.endswith(">") and "<" in text:
+        text = text[text.rindex("<") + 1:-1]
+    return text.strip().lower()
+
+
+class AddressHasher:
+    """Hashes addresses under one key (`hash(address)` → 64 hex digits)."""
+
+    def __init__(self, key: str) -> None:
+        if len(key) < MIN_KEY_CHARS:
+            raise ValueError(f"must be at least {MIN_KEY_CHARS} characters")
+        self._key = key.encode("utf-8")
+
+    def hash(self, address: str) -> str:
+        return hmac.new(self._key, normalise(address).encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def __repr__(self) -> str:  # never show the key
+        return "AddressHasher(<key>)"
+
+
+def address_hasher(settings: Any) -> AddressHasher:
+    """The hasher of `settings`: OUTBOX_SES_ADDRESS_KEY, else the secret of
+    OUTBOX_SES_ADDRESS_KEY_SECRET_ARN (cached by Powertools for 5 minutes).
+    Raises `ConfigurationError` naming the variable."""
+    if settings.ses_address_key:
+        variable, key = "OUTBOX_SES_ADDRESS_KEY", settings.ses_address_key
+    elif settings.ses_address_key_secret_arn:
+        variable = "OUTBOX_SES_ADDRESS_KEY_SECRET_ARN"
+        from aws_lambda_powertools.utilities import parameters
+
+        try:
+            value = parameters.get_secret(settings.ses_address_key_secret_arn, max_age=300)
+        except Exception as exc:
+            raise ConfigurationError(variable, f"cannot read the secret ({type(exc).__name__})") from exc
+        key = value.decode() if isinstance(value, bytes) else str(value)
+    else:
+        raise ConfigurationError("OUTBOX_SES_ADDRESS_KEY",
+                                 "set it or OUTBOX_SES_ADDRESS_KEY_SECRET_ARN: addresses are kept as keyed hashes")
+    try:
+        return AddressHasher(key)
+    except ValueError as exc:
+        raise ConfigurationError(variable, f"the key {exc}") from None

@@ -1,0 +1,131 @@
+"""What the feedback function does, outside its handler: each SES event of an
+SNS delivery recorded against its message (docs/design.md, "SES feedback").
+
+Per record: parsed (`events.parse_records`; a malformed one is refused in one
+log line naming the field, metric FeedbackRefused, and nothing of it is
+written), then recorded (`store.FeedbackStore`): a new event of a known message
+is written, settles the message when it waits after an ambiguous send, and puts
+a permanent bounce's or a complaint's recipients on the suppression list; an
+event already recorded changes nothing (FeedbackDuplicate); one for a message
+the outbox does not know is counted (FeedbackUnknownMessage). A database error
+propagates: SNS invokes the function again, and the retry is harmless.
+
+Reputation: EmailSent, EmailBounced (permanent) and EmailComplained per
+configuration set (dimension `configuration_set`), for the bounce and complaint
+rate alarms.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from pydantic import model_validator
+
+from .. import observability as obs
+from ..config import Settings, _load
+from ..db import create_relay_engine
+from ..errors import ConfigurationError
+from .events import IGNORED, FeedbackEvent, MalformedEvent, parse_records
+from .hashing import address_hasher
+from .store import FeedbackStore
+
+#: Reputation counts per configuration set: SES event type → metric.
+REPUTATION_METRICS = {"send": "EmailSent", "bounce": "EmailBounced", "complaint": "EmailComplained"}
+
+
+class FeedbackSettings(Settings):
+    """The feedback function's settings: the database, the addresses' key
+    (OUTBOX_SES_ADDRESS_KEY or its secret) and OUTBOX_SES_SUPPRESSION (on unless
+    false: this function exists only where feedback is configured)."""
+
+    relays: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _key(self) -> "FeedbackSettings":
+        if not (self.ses_address_key or self.ses_address_key_secret_arn):
+            raise ValueError("OUTBOX_SES_ADDRESS_KEY: set it or OUTBOX_SES_ADDRESS_KEY_SECRET_ARN: the feedback "
+                             "keeps recipients as keyed hashes")
+        return self
+
+
+def load_feedback_settings(**overrides: object) -> FeedbackSettings:
+    """Like `config.load_settings`, for the feedback function."""
+    return _load(FeedbackSettings, overrides)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class FeedbackDependencies:
+    settings: FeedbackSettings
+    store: FeedbackStore
+
+
+@functools.cache
+def get_dependencies() -> FeedbackDependencies:
+    """Settings, engine and the addresses' key for this container (cold start).
+    Raises `ConfigurationError` naming the variable at fault."""
+    settings = load_feedback_settings()
+    hasher = address_hasher(settings)
+    store = FeedbackStore(create_relay_engine(settings), hasher, suppress=settings.ses_suppression is not False)
+    return FeedbackDependencies(settings, store)
+
+
+def reset() -> None:
+    """Forget the cached dependencies (tests, or after changing the environment)."""
+    if get_dependencies.cache_info().currsize:
+        get_dependencies().store.engine.dispose()
+    get_dependencies.cache_clear()
+
+
+def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[str, Any]:
+    """Record every SES event of an SNS event; returns the counts and the refusals
+    (one line each, naming the field). Raises `InvalidEventError` when the event
+    has no records at all."""
+    summary: dict[str, Any] = {"records": 0, "recorded": 0, "duplicates": 0, "unknown": 0, "ignored": 0,
+                               "settled": 0, "suppressed": 0, "refused": []}
+    reputation: dict[tuple[str, str], int] = {}
+    for parsed in parse_records(event):
+        summary["records"] += 1
+        if parsed is IGNORED:
+            summary["ignored"] += 1
+            continue
+        if isinstance(parsed, MalformedEvent):
+            summary["refused"].append(str(parsed))
+            obs.logger.warning("feedback event refused", extra={"field": parsed.field, "problem": parsed.problem})
+            continue
+        assert isinstance(parsed, FeedbackEvent)
+        done = deps.store.record(parsed)
+        if not done.found:
+            summary["unknown"] += 1
+        elif not done.new:
+            summary["duplicates"] += 1
+            continue
+        else:
+            summary["recorded"] += 1
+            summary["settled"] += int(done.settled)
+            summary["suppressed"] += done.suppressed
+        metric = REPUTATION_METRICS.get(parsed.event_type)
+        if metric and (parsed.event_type != "bounce" or parsed.suppress_reason):  # permanent bounces only
+            key = (metric, parsed.configuration_set or "none")
+            reputation[key] = reputation.get(key, 0) + 1
+        obs.logger.info("feedback event recorded" if done.found else "feedback event for an unknown message",
+                        extra={"event_type": parsed.event_type, "message_id": parsed.outbox_message_id,
+                               "ses_message_id": parsed.ses_message_id, "settled": done.settled,
+                               "suppressed": done.suppressed})
+    obs.ensure_namespace()
+    for name, key in (("FeedbackRecorded", "recorded"), ("FeedbackDuplicate", "duplicates"),
+                      ("FeedbackUnknownMessage", "unknown"), ("FeedbackSettled", "settled"),
+                      ("FeedbackSuppressed", "suppressed")):
+        obs.emit(name, summary[key])
+    obs.emit("FeedbackRefused", len(summary["refused"]))
+    for (metric, config_set), n in reputation.items():
+        with single_metric(name=metric, unit=MetricUnit.Count, value=n, namespace=obs.metrics.namespace,
+                           default_dimensions={"service": obs.SERVICE}) as m:
+            m.add_dimension(name="configuration_set", value=config_set)
+    return summary
+
+
+__all__ = ["ConfigurationError", "FeedbackDependencies", "FeedbackSettings", "get_dependencies",
+           "load_feedback_settings", "reset", "run_feedback"]

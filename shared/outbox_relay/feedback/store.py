@@ -1,0 +1,127 @@
+"""Where SES feedback is written and read: events against their messages
+(`FeedbackStore`), and the suppression list (`SuppressionList`). Addresses are
+hashed (`hashing.AddressHasher`) before they reach a statement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from sqlalchemy import Engine
+
+from .. import sql
+from ..db import run_with_retry
+from ..store import text_array_literal
+from .events import FeedbackEvent
+from .hashing import AddressHasher, normalise
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What recording one event did: whether its message was found, whether the
+    event was new, whether it settled an ambiguous send, addresses suppressed."""
+
+    found: bool
+    new: bool
+    settled: bool
+    suppressed: int
+
+
+class FeedbackStore:
+    """Records SES events (`sql.feedback.record_email_event`, one statement each)."""
+
+    def __init__(self, engine: Engine, hasher: AddressHasher | None = None, *, suppress: bool = True) -> None:
+        self.engine = engine
+        self.hasher = hasher
+        #: Whether permanent bounces and complaints put their recipients on the list.
+        self.suppress = suppress
+
+    def record(self, e: FeedbackEvent) -> Recorded:
+        assert self.hasher is not None, "recording needs the addresses' key"
+        hashes = [self.hasher.hash(a) for a in e.recipients]
+        suppress = hashes if (self.suppress and e.suppress_reason) else []
+        params = {
+            "tag_id": e.outbox_message_id, "ses_id": e.ses_message_id, "event_type": e.event_type,
+            "event_at": e.event_at.isoformat(), "subtype": e.subtype,
+            "recipients": text_array_literal(hashes) if hashes else None,
+            "configuration_set": e.configuration_set, "event_key": e.event_key,
+            "suppress": text_array_literal(suppress) if suppress else None,
+            "suppress_reason": e.suppress_reason or "bounce",
+        }
+        found, new, settled, suppressed, _ = run_with_retry(
+            self.engine, lambda c: c.execute(sql.feedback.record_email_event, params).one())
+        return Recorded(bool(found), bool(new), bool(settled), int(suppressed))
+
+    def events_of(self, message_id: str) -> list[dict[str, Any]]:
+        """Every event of one message, oldest first (recipients as a count)."""
+        return run_with_retry(self.engine, lambda c: [dict(r._mapping) for r in c.execute(
+            sql.feedback.email_events_of, {"message_id": message_id})])
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    address_hash: str
+    reason: str
+    detail: str | None
+    message_id: Any
+    created_at: datetime
+
+
+class SuppressionList:
+    """The suppression list, by address (hashed here; `entries` needs no key): one statement per call."""
+
+    def __init__(self, engine: Engine, hasher: AddressHasher | None = None) -> None:
+        self.engine = engine
+        self.hasher = hasher
+
+    def reasons(self, addresses: Iterable[str]) -> Mapping[str, str]:
+        """The suppressed ones among `addresses`: {normalised address: reason}. One
+        statement for all of them (a batch's recipients)."""
+        by_hash: dict[str, str] = {}
+        for a in addresses:
+            by_hash.setdefault(self._hash(a), normalise(a))
+        if not by_hash:
+            return {}
+        rows = run_with_retry(self.engine, lambda c: c.execute(
+            sql.feedback.suppressed_among, {"hashes": text_array_literal(list(by_hash))}).all())
+        return {by_hash[h]: reason for h, reason in rows}
+
+    def add(self, address: str, detail: str | None = None) -> bool:
+        """Add `address` (reason manual); False when it was on the list already."""
+        row = run_with_retry(self.engine, lambda c: c.execute(
+            sql.feedback.suppression_add, {"address_hash": self._hash(address), "detail": detail}).first())
+        return row is not None
+
+    def remove(self, address: str) -> str | None:
+        """Take `address` off the list; the reason it was on it, None when it was not."""
+        return run_with_retry(self.engine, lambda c: c.execute(
+            sql.feedback.suppression_remove, {"address_hash": self._hash(address)}).scalar())
+
+    def _hash(self, address: str) -> str:
+        if self.hasher is None:
+            raise ValueError("the suppression list needs the addresses' key to look an address up")
+        return self.hasher.hash(address)
+
+    def entries(self, limit: int = 100) -> list[Suppressed]:
+        rows = run_with_retry(self.engine, lambda c: c.execute(sql.feedback.suppression_list,
+                                                                {"limit": int(limit)}).all())
+        return [Suppressed(*r) for r in rows]
+
+
+#: Events a purge deletes per statement (one short transaction each).
+EVENT_PURGE_BATCH = 5000
+
+
+def purge_email_events(engine: Engine, *, older_than_seconds: float, keep_going: Any = lambda: True,
+                       batch: int = EVENT_PURGE_BATCH) -> int:
+    """Delete feedback events received more than `older_than_seconds` ago, in
+    batches of `batch` while `keep_going()`; how many were deleted."""
+    deleted = 0
+    while keep_going():
+        n = run_with_retry(engine, lambda c: c.execute(sql.feedback.purge_email_events, {
+            "older_than_seconds": float(older_than_seconds), "limit": int(batch)}).rowcount)
+        deleted += n
+        if n < batch:
+            break
+    return deleted
