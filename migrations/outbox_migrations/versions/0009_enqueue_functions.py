@@ -140,30 +140,34 @@ BEGIN
 END $f$;
 
 -- String headers: a JSON object of strings, else refused; NULL for none (as {}).
-CREATE FUNCTION outbox__string_map_v1(field text, value jsonb) RETURNS jsonb
+-- json, not jsonb: the caller's order is kept, so the first bad entry is Python's first.
+CREATE FUNCTION outbox__string_map_v1(field text, value json) RETURNS json
 LANGUAGE plpgsql AS $f$
 DECLARE
     k text;
 BEGIN
-    IF value IS NULL OR jsonb_typeof(value) = 'null' THEN RETURN NULL; END IF;
-    IF jsonb_typeof(value) <> 'object' THEN
+    IF value IS NULL OR json_typeof(value) = 'null' THEN RETURN NULL; END IF;
+    IF json_typeof(value) <> 'object' THEN
         PERFORM outbox__refuse_v1(field, 'must be a JSON object of strings');
     END IF;
-    SELECT e.k INTO k FROM jsonb_each(value) AS e(k, v) WHERE jsonb_typeof(e.v) <> 'string' LIMIT 1;
+    SELECT e.k INTO k FROM json_each(value) WITH ORDINALITY AS e(k, v, n) WHERE json_typeof(e.v) <> 'string'
+     ORDER BY e.n LIMIT 1;
     IF k IS NOT NULL THEN PERFORM outbox__refuse_v1(field || '.' || k, 'must be a string'); END IF;
-    RETURN CASE WHEN value = '{}' THEN NULL ELSE value END;
+    SELECT e.k INTO k FROM json_object_keys(value) AS e(k) GROUP BY e.k HAVING count(*) > 1 LIMIT 1;
+    IF k IS NOT NULL THEN PERFORM outbox__refuse_v1(field, format('has the name %s twice', k)); END IF;
+    RETURN CASE WHEN (SELECT count(*) FROM json_object_keys(value)) = 0 THEN NULL ELSE value END;
 END $f$;
 
--- A map of strings as compact JSON text, as Python's json.dumps(separators=(",", ":")).
-CREATE FUNCTION outbox__compact_v1(value jsonb) RETURNS text
+-- A map of strings as compact JSON text, in its order, as Python's json.dumps(separators=(",", ":")).
+CREATE FUNCTION outbox__compact_v1(value json) RETURNS text
 LANGUAGE sql IMMUTABLE AS $f$
-    SELECT '{' || string_agg(to_json(e.k)::text || ':' || to_json(e.v)::text, ',') || '}'
-      FROM jsonb_each_text(value) AS e(k, v)
+    SELECT '{' || string_agg(to_json(e.k)::text || ':' || to_json(e.v)::text, ',' ORDER BY e.n) || '}'
+      FROM json_each_text(value) WITH ORDINALITY AS e(k, v, n)
 $f$;
 
 -- W3C trace context (issue 26 item 3): stored as the headers `traceparent` and
 -- `tracestate`, where the Python producer stores them.
-CREATE FUNCTION outbox__with_trace_v1(headers jsonb, traceparent text, tracestate text) RETURNS jsonb
+CREATE FUNCTION outbox__with_trace_v1(headers json, traceparent text, tracestate text) RETURNS json
 LANGUAGE plpgsql AS $f$
 BEGIN
     IF traceparent IS NULL THEN
@@ -180,11 +184,13 @@ BEGIN
     IF tracestate IS NOT NULL AND (tracestate !~ '^[\u0020-\u007e]+$' OR length(tracestate) > 512) THEN
         PERFORM outbox__refuse_v1('tracestate', 'must be 1-512 printable ASCII characters (W3C tracestate)');
     END IF;
-    IF headers ? 'traceparent' OR headers ? 'tracestate' THEN
+    IF EXISTS (SELECT FROM json_object_keys(headers) AS k WHERE k IN ('traceparent', 'tracestate')) THEN
         PERFORM outbox__refuse_v1('traceparent', 'is given both as an argument and in headers');
     END IF;
-    RETURN coalesce(headers, '{}') || jsonb_build_object('traceparent', traceparent)
-           || CASE WHEN tracestate IS NULL THEN '{}' ELSE jsonb_build_object('tracestate', tracestate) END;
+    RETURN (SELECT json_object_agg(e.k, e.v ORDER BY e.n)
+              FROM (SELECT h.k, h.v, h.n FROM json_each_text(headers) WITH ORDINALITY AS h(k, v, n)
+                    UNION ALL SELECT 'traceparent', traceparent, 1e9
+                    UNION ALL SELECT 'tracestate', tracestate, 1e9 + 1 WHERE tracestate IS NOT NULL) e);
 END $f$;
 
 -- Write one validated message: the statement of sql.producer.insert_message in
@@ -236,11 +242,11 @@ END $f$;
 EVENT = r"""
 CREATE FUNCTION outbox_enqueue_event_v1(
     stream text, type text, payload json, key text DEFAULT NULL, message_id uuid DEFAULT NULL,
-    deliver_at timestamptz DEFAULT NULL, max_attempts integer DEFAULT NULL, headers jsonb DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL, max_attempts integer DEFAULT NULL, headers json DEFAULT NULL,
     traceparent text DEFAULT NULL, tracestate text DEFAULT NULL) RETURNS uuid
 LANGUAGE plpgsql AS $f$
 DECLARE
-    h jsonb;
+    h json;
     payload_text text := coalesce(payload::text, 'null');  -- SQL NULL is JSON null, as Python's None
     headers_text text;
 BEGIN
@@ -279,11 +285,11 @@ LANGUAGE sql IMMUTABLE AS $f$ SELECT octet_length(name) + 6 + octet_length(value
 
 -- SQS and SNS (outbox_relay.aws_messages.aws_row).
 CREATE FUNCTION outbox__enqueue_aws_v1(
-    channel text, type text, payload json, key text, headers jsonb, message_id uuid, deliver_at timestamptz,
+    channel text, type text, payload json, key text, headers json, message_id uuid, deliver_at timestamptz,
     max_attempts integer, traceparent text, tracestate text) RETURNS uuid
 LANGUAGE plpgsql AS $f$
 DECLARE
-    h jsonb;
+    h json;
     payload_text text := coalesce(payload::text, 'null');
     headers_text text;
     mid uuid := coalesce(message_id, gen_random_uuid());
@@ -297,12 +303,12 @@ BEGIN
     PERFORM outbox__check_attempts_v1(max_attempts);
     PERFORM outbox__check_deliver_at_v1(deliver_at);
     h := outbox__with_trace_v1(h, traceparent, tracestate);
-    n := coalesce((SELECT count(*) FROM jsonb_object_keys(h)), 0);
+    n := coalesce((SELECT count(*) FROM json_object_keys(h)), 0);
     IF n > 7 THEN
         PERFORM outbox__refuse_v1('headers', format('has %s entries; %s carries at most 10 message attributes, '
                                                     '3 of them the relay''s, so at most 7', n, channel));
     END IF;
-    FOR e IN SELECT j.k, j.v FROM jsonb_each_text(h) AS j(k, v) LOOP
+    FOR e IN SELECT j.k, j.v FROM json_each_text(h) WITH ORDINALITY AS j(k, v, n) ORDER BY j.n LOOP
         IF e.k IN ('outbox-message-id', 'outbox-type', 'outbox-key') THEN
             PERFORM outbox__refuse_v1('headers.' || e.k, 'is the relay''s own attribute');
         END IF;
@@ -328,7 +334,7 @@ BEGIN
     size := octet_length(payload_text) + outbox__attribute_bytes_v1('outbox-message-id', mid::text)
             + outbox__attribute_bytes_v1('outbox-type', type)
             + coalesce(outbox__attribute_bytes_v1('outbox-key', key), 0)
-            + coalesce((SELECT sum(outbox__attribute_bytes_v1(j.k, j.v)) FROM jsonb_each_text(h) AS j(k, v)), 0);
+            + coalesce((SELECT sum(outbox__attribute_bytes_v1(j.k, j.v)) FROM json_each_text(h) AS j(k, v)), 0);
     IF size > 262144 THEN
         PERFORM outbox__refuse_v1('payload', format('makes the %s message %s bytes with its attributes; '
                                                     'the limit is 262144 bytes', channel, size));
@@ -338,7 +344,7 @@ BEGIN
 END $f$;
 
 CREATE FUNCTION outbox_enqueue_sqs_v1(
-    type text, payload json, key text DEFAULT NULL, headers jsonb DEFAULT NULL, message_id uuid DEFAULT NULL,
+    type text, payload json, key text DEFAULT NULL, headers json DEFAULT NULL, message_id uuid DEFAULT NULL,
     deliver_at timestamptz DEFAULT NULL, max_attempts integer DEFAULT NULL, traceparent text DEFAULT NULL,
     tracestate text DEFAULT NULL) RETURNS uuid
 LANGUAGE sql AS $f$
@@ -347,7 +353,7 @@ LANGUAGE sql AS $f$
 $f$;
 
 CREATE FUNCTION outbox_enqueue_sns_v1(
-    type text, payload json, key text DEFAULT NULL, headers jsonb DEFAULT NULL, message_id uuid DEFAULT NULL,
+    type text, payload json, key text DEFAULT NULL, headers json DEFAULT NULL, message_id uuid DEFAULT NULL,
     deliver_at timestamptz DEFAULT NULL, max_attempts integer DEFAULT NULL, traceparent text DEFAULT NULL,
     tracestate text DEFAULT NULL) RETURNS uuid
 LANGUAGE sql AS $f$
@@ -366,7 +372,7 @@ DECLARE
     inner_ text;
     detail text;
     size int;
-    h jsonb;
+    h json;
 BEGIN
     PERFORM outbox__check_type_v1(type);
     PERFORM outbox__check_key_v1(key);
@@ -405,7 +411,7 @@ BEGIN
                                                     'the limit is 262144 bytes', size));
     END IF;
     -- EventBridge has no attributes: the headers column carries the source the publisher reads.
-    h := outbox__with_trace_v1(CASE WHEN source IS NULL THEN NULL ELSE jsonb_build_object('source', source) END,
+    h := outbox__with_trace_v1(CASE WHEN source IS NULL THEN NULL ELSE json_build_object('source', source) END,
                                traceparent, tracestate);
     RETURN outbox__insert_v1(mid, 'eventbridge', coalesce(bus, '(relay)'), type, key, payload_text,
                              outbox__compact_v1(h), max_attempts, deliver_at);
@@ -473,9 +479,13 @@ BEGIN
         IF length(label) > 63 THEN
             PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
         END IF;
+        IF label LIKE 'xn--%' THEN
+            PERFORM outbox__refuse_v1(field, 'has a Punycode domain label, which this function does not take '
+                                             '(the Python API checks it with the idna package)');
+        END IF;
         IF substr(label, 3, 2) = '--' THEN
             PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes '
-                                             'start a domain label; Punycode is not taken here)');
+                                             'start a domain label, except Punycode)');
         END IF;
     END LOOP;
     IF domain !~ '[a-z]$' THEN
@@ -517,19 +527,37 @@ LANGUAGE sql IMMUTABLE AS $f$
            END
 $f$;
 
--- An upper bound of the MIME message's bytes (mime.build_mime): base64 with a CRLF
--- per 76 characters for bodies and attachments, headers at three bytes a byte, and
--- room for the fixed parts. Never below the real size; a few KiB above it.
-CREATE FUNCTION outbox__mime_bound_v1(header_bytes bigint, body_bytes bigint[], n_parts int) RETURNS bigint
+-- An upper bound of the bytes of an email payload's MIME message (mime.build_mime):
+-- bodies and attachments base64 with a CRLF per 76 characters, header text at
+-- three bytes a byte (encoded words), file names at six (RFC 2231), and room for
+-- the fixed parts. Never below the real size, a few KiB above it (the tests check both).
+CREATE FUNCTION outbox__mime_bound_v1(p jsonb) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $f$
-    SELECT 4096 + 3 * header_bytes + 400 * n_parts
-           + coalesce((SELECT sum(4 * ((b + 2) / 3) + 2 * ((4 * ((b + 2) / 3) + 75) / 76)) FROM unnest(body_bytes) b), 0)
+    WITH bodies(n) AS (
+        SELECT octet_length(p ->> 'html') UNION ALL SELECT octet_length(p ->> 'text')
+        UNION ALL
+        SELECT length(a ->> 'content_base64') / 4 * 3 - length(a ->> 'content_base64')
+               + length(rtrim(a ->> 'content_base64', '='))
+          FROM jsonb_array_elements(coalesce(p -> 'attachments', '[]')) AS a
+    ), headers(n) AS (
+        SELECT octet_length(coalesce(p ->> 'from', '')) + octet_length(p ->> 'subject')
+               + octet_length(coalesce(p ->> 'to', '')) + octet_length(coalesce(p ->> 'cc', ''))
+               + octet_length(coalesce(p ->> 'reply_to', ''))
+        UNION ALL
+        SELECT octet_length(h.k) + octet_length(h.v) + 4 FROM jsonb_each_text(coalesce(p -> 'headers', '{}')) AS h(k, v)
+        UNION ALL
+        SELECT 2 * octet_length(a ->> 'filename') + octet_length(a ->> 'content_type')
+          FROM jsonb_array_elements(coalesce(p -> 'attachments', '[]')) AS a
+    )
+    SELECT 4096 + 3 * (SELECT sum(n) FROM headers)
+           + coalesce((SELECT sum(400 + 4 * ((n + 2) / 3) + 2 * ((4 * ((n + 2) / 3) + 75) / 76))
+                         FROM bodies WHERE n IS NOT NULL), 0)
 $f$;
 
 CREATE FUNCTION outbox_enqueue_email_v1(
     "to" text[] DEFAULT '{}', subject text DEFAULT NULL, html text DEFAULT NULL, text text DEFAULT NULL,
     cc text[] DEFAULT '{}', bcc text[] DEFAULT '{}', reply_to text[] DEFAULT '{}', sender text DEFAULT NULL,
-    headers jsonb DEFAULT NULL, tags jsonb DEFAULT NULL, configuration_set text DEFAULT NULL,
+    headers json DEFAULT NULL, tags json DEFAULT NULL, configuration_set text DEFAULT NULL,
     attachments jsonb DEFAULT NULL, message_id uuid DEFAULT NULL, deliver_at timestamptz DEFAULT NULL,
     max_attempts integer DEFAULT NULL, key text DEFAULT NULL, traceparent text DEFAULT NULL,
     tracestate text DEFAULT NULL) RETURNS uuid
@@ -538,7 +566,7 @@ DECLARE
     p jsonb := '{}';
     a_to jsonb; a_cc jsonb; a_bcc jsonb; a_reply jsonb;
     subj text;
-    hs jsonb; tg jsonb;
+    hs json; tg json;
     e record;
     seen text[] := '{}';
     name_ text; value_ text;
@@ -547,10 +575,9 @@ DECLARE
     i int := 0;
     fname text; ctype text; b64 text;
     n int;
-    header_bytes bigint := 0;
-    bodies bigint[] := '{}';
     bound bigint;
-    h jsonb;
+    h json;
+    hj jsonb;
     mid uuid := coalesce(message_id, gen_random_uuid());
 BEGIN
     -- The payload model's fields in their order (email/payload.py), then the rules across them.
@@ -569,10 +596,10 @@ BEGIN
     IF subj = '' THEN PERFORM outbox__refuse_v1('subject', 'must not be blank'); END IF;
     -- headers: strings; at most 15; names, reserved names, repeats, values.
     hs := outbox__string_map_v1('headers', headers);
-    IF (SELECT count(*) FROM jsonb_object_keys(hs)) > 15 THEN
+    IF (SELECT count(*) FROM json_object_keys(hs)) > 15 THEN
         PERFORM outbox__refuse_v1('headers', 'at most 15 custom headers (SES API v2, Message.Headers)');
     END IF;
-    FOR e IN SELECT j.k, j.v FROM jsonb_each_text(hs) AS j(k, v) LOOP
+    FOR e IN SELECT j.k, j.v FROM json_each_text(hs) WITH ORDINALITY AS j(k, v, n) ORDER BY j.n LOOP
         name_ := e.k;
         value_ := outbox__strip_v1(e.v);
         IF name_ !~ '^[!-9;-~]{1,126}$' THEN
@@ -605,15 +632,14 @@ BEGIN
             PERFORM outbox__refuse_v1('headers', name_ || ': this function does not take Resent-*/Orig-Date headers '
                                                           'or values with ''=?'' (the Python API does)');
         END IF;
-        h := coalesce(h, '{}') || jsonb_build_object(name_, value_);
-        header_bytes := header_bytes + octet_length(name_) + octet_length(value_) + 4;
+        hj := coalesce(hj, '{}') || jsonb_build_object(name_, value_);
     END LOOP;
     -- tags
     tg := outbox__string_map_v1('tags', tags);
-    IF (SELECT count(*) FROM jsonb_object_keys(tg)) > 49 THEN
+    IF (SELECT count(*) FROM json_object_keys(tg)) > 49 THEN
         PERFORM outbox__refuse_v1('tags', 'at most 49 tags (one more is the outbox message id)');
     END IF;
-    FOR e IN SELECT j.k, j.v FROM jsonb_each_text(tg) AS j(k, v) LOOP
+    FOR e IN SELECT j.k, j.v FROM json_each_text(tg) WITH ORDINALITY AS j(k, v, n) ORDER BY j.n LOOP
         IF e.k !~ '^[A-Za-z0-9_-]+$' OR length(e.k) > 256 THEN
             PERFORM outbox__refuse_v1('tags', format('name %s must be 1-256 ASCII letters, digits, ''_'' or ''-'' '
                                                      '(SES API v2, MessageTag)', quote_literal(left(e.k, 60))));
@@ -661,7 +687,7 @@ BEGIN
             ctype := a ->> 'content_type';
             IF jsonb_typeof(a -> 'content_type') IS DISTINCT FROM 'string' OR ctype = '' THEN
                 PERFORM outbox__refuse_v1(format('attachments[%s].content_type', i),
-                                          'is required here (the Python API guesses it from the file name)');
+                                          'is required by this function (the Python API guesses it from the file name)');
             END IF;
             IF length(ctype) > 255 OR ctype !~ '^[A-Za-z0-9!#$%&''*+.^_`{|}~-]+/[A-Za-z0-9!#$%&''*+.^_`{|}~-]+$' THEN
                 PERFORM outbox__refuse_v1(format('attachments[%s].content_type', i),
@@ -686,8 +712,6 @@ BEGIN
             name_ := NULL;
             att := att || jsonb_build_array(jsonb_build_object('filename', fname, 'content_type', ctype,
                                                                'content_base64', b64));
-            bodies := bodies || (length(b64) / 4 * 3 - length(b64) + length(rtrim(b64, '=')))::bigint;
-            header_bytes := header_bytes + octet_length(fname) + octet_length(ctype);
             i := i + 1;
         END LOOP;
         IF i > 100 THEN PERFORM outbox__refuse_v1('attachments', 'at most 100 attachments'); END IF;
@@ -702,20 +726,6 @@ BEGIN
     IF nullif(html, '') IS NULL AND nullif(text, '') IS NULL THEN
         PERFORM outbox__refuse_v1('html/text', 'an html or a text body is required');
     END IF;
-    header_bytes := header_bytes + octet_length(coalesce(p ->> 'from', '')) + octet_length(subj)
-                    + octet_length(a_to::text) + octet_length(a_cc::text) + octet_length(a_reply::text);
-    IF nullif(html, '') IS NOT NULL THEN bodies := bodies || octet_length(html)::bigint; END IF;
-    IF nullif(text, '') IS NOT NULL THEN bodies := bodies || octet_length(text)::bigint; END IF;
-    bound := outbox__mime_bound_v1(header_bytes, bodies, coalesce(cardinality(bodies), 0));
-    IF bound > 40000000 THEN
-        PERFORM outbox__refuse_v1(CASE WHEN i > 0 THEN 'attachments' ELSE 'html/text' END,
-            format('the message is about %s bytes as MIME; SES v2 accepts at most 40000000 bytes including '
-                   'attachments', bound));
-    END IF;
-    PERFORM outbox__check_key_v1(key);
-    PERFORM outbox__check_deliver_at_v1(deliver_at);
-    PERFORM outbox__check_attempts_v1(max_attempts);
-    h := outbox__with_trace_v1(NULL, traceparent, tracestate);
     -- The payload as EmailPayload.to_json writes it: empty fields left out.
     p := p || CASE WHEN jsonb_array_length(a_to) > 0 THEN jsonb_build_object('to', a_to) ELSE '{}' END
            || CASE WHEN jsonb_array_length(a_cc) > 0 THEN jsonb_build_object('cc', a_cc) ELSE '{}' END
@@ -724,36 +734,44 @@ BEGIN
            || jsonb_build_object('subject', subj)
            || CASE WHEN nullif(html, '') IS NOT NULL THEN jsonb_build_object('html', html) ELSE '{}' END
            || CASE WHEN nullif(text, '') IS NOT NULL THEN jsonb_build_object('text', text) ELSE '{}' END
-           || CASE WHEN hs IS NOT NULL THEN jsonb_build_object('headers', (SELECT jsonb_object_agg(j.k, outbox__strip_v1(j.v))
-                                                                           FROM jsonb_each_text(hs) AS j(k, v)))
-                   ELSE '{}' END
-           || CASE WHEN tg IS NOT NULL THEN jsonb_build_object('tags', tg) ELSE '{}' END
+           || CASE WHEN hj IS NOT NULL THEN jsonb_build_object('headers', hj) ELSE '{}' END
+           || CASE WHEN tg IS NOT NULL THEN jsonb_build_object('tags', tg::jsonb) ELSE '{}' END
            || CASE WHEN configuration_set IS NOT NULL THEN jsonb_build_object('configuration_set', configuration_set)
                    ELSE '{}' END
            || CASE WHEN i > 0 THEN jsonb_build_object('attachments', att) ELSE '{}' END;
+    bound := outbox__mime_bound_v1(p);
+    IF bound > 40000000 THEN
+        PERFORM outbox__refuse_v1(CASE WHEN i > 0 THEN 'attachments' ELSE 'html/text' END,
+            format('the message is up to %s bytes as MIME; SES v2 accepts at most 40000000 bytes including '
+                   'attachments', bound));
+    END IF;
+    PERFORM outbox__check_key_v1(key);
+    PERFORM outbox__check_deliver_at_v1(deliver_at);
+    PERFORM outbox__check_attempts_v1(max_attempts);
+    h := outbox__with_trace_v1(NULL, traceparent, tracestate);
     RETURN outbox__insert_v1(mid, 'ses', coalesce(configuration_set, 'ses'), 'email', key, p::text,
                              outbox__compact_v1(h), max_attempts, deliver_at);
 END $f$;
 """
 
 FUNCTIONS = [
-    "outbox_enqueue_email_v1(text[], text, text, text, text[], text[], text[], text, jsonb, jsonb, text, jsonb, uuid, "
+    "outbox_enqueue_email_v1(text[], text, text, text, text[], text[], text[], text, json, json, text, jsonb, uuid, "
     "timestamptz, integer, text, text, text)",
-    "outbox__mime_bound_v1(bigint, bigint[], int)",
+    "outbox__mime_bound_v1(jsonb)",
     "outbox__encoded_length_v1(text)",
     "outbox__addresses_v1(text, text[])",
     "outbox__address_v1(text, text)",
     "outbox_enqueue_eventbridge_v1(text, json, text, text, text, uuid, timestamptz, integer, text, text)",
-    "outbox_enqueue_sns_v1(text, json, text, jsonb, uuid, timestamptz, integer, text, text)",
-    "outbox_enqueue_sqs_v1(text, json, text, jsonb, uuid, timestamptz, integer, text, text)",
-    "outbox__enqueue_aws_v1(text, text, json, text, jsonb, uuid, timestamptz, integer, text, text)",
+    "outbox_enqueue_sns_v1(text, json, text, json, uuid, timestamptz, integer, text, text)",
+    "outbox_enqueue_sqs_v1(text, json, text, json, uuid, timestamptz, integer, text, text)",
+    "outbox__enqueue_aws_v1(text, text, json, text, json, uuid, timestamptz, integer, text, text)",
     "outbox__attribute_bytes_v1(text, text)",
     "outbox__check_sqs_text_v1(text, text)",
-    "outbox_enqueue_event_v1(text, text, json, text, uuid, timestamptz, integer, jsonb, text, text)",
+    "outbox_enqueue_event_v1(text, text, json, text, uuid, timestamptz, integer, json, text, text)",
     "outbox__insert_v1(uuid, text, text, text, text, text, text, integer, timestamptz)",
-    "outbox__with_trace_v1(jsonb, text, text)",
-    "outbox__compact_v1(jsonb)",
-    "outbox__string_map_v1(text, jsonb)",
+    "outbox__with_trace_v1(json, text, text)",
+    "outbox__compact_v1(json)",
+    "outbox__string_map_v1(text, json)",
     "outbox__check_json_v1(text, text, int)",
     "outbox__check_deliver_at_v1(timestamptz)",
     "outbox__check_attempts_v1(integer)",

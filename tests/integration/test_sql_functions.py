@@ -1,0 +1,399 @@
+"""The SQL enqueue functions (migration 0009) against the Python producer API.
+
+One table of rules, two implementations: for the same inputs, hypothesis checks
+that both write the same row or both refuse naming the same field
+(docs/decisions/0048). Where the functions take only a subset of what Python
+takes (email addresses and headers the email package must parse, attachments
+without a content type), their refusal says "this function", and a second
+property over inputs inside the subset asks for exact agreement.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from outbox_relay.email.mime import build_mime
+from outbox_relay.email.payload import EmailPayload
+from outbox_relay.errors import InvalidMessageError
+from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from support.sql_functions import Raw, Refused, call, count, stored
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SUBSET = "this function"  # the words of a refusal for what only the Python API takes
+
+
+@pytest.fixture
+def conn(app_engine):
+    with app_engine.connect() as c:
+        yield c
+
+
+def outcome(conn, write, message_id):
+    """What one way of enqueueing did, in a transaction rolled back afterwards:
+    ("ok", the stored row) or ("refused", field, message)."""
+    trans = conn.begin()
+    try:
+        write()
+        return ("ok", stored(conn, message_id))
+    except InvalidMessageError as exc:
+        return ("refused", exc.field, exc.problem)
+    except Refused as exc:
+        assert exc.code in ("OB001", "OB002"), exc.message
+        assert exc.message.startswith(f"{exc.field}: ")
+        return ("refused", exc.field, exc.message)
+    finally:
+        trans.rollback()
+
+
+def same(py, sq, *, subset_allowed=False) -> None:
+    """Both wrote the same row, or both refused the same field; with `subset_allowed`
+    the function may refuse, saying so, what Python takes."""
+    if subset_allowed and sq[0] == "refused" and SUBSET in sq[2]:
+        return
+    assert py[0] == sq[0], (py, sq)
+    if py[0] == "refused":
+        assert py[1] == sq[1], (py, sq)
+    else:
+        assert py[1] == sq[1]
+
+
+# -- strategies ------------------------------------------------------------------------------------------
+
+# Characters the rules care about: blanks Python strips (ASCII and Unicode), braces, controls, non-ASCII.
+# No NUL: a PostgreSQL text argument cannot hold one (the driver refuses it before the function runs).
+EDGY = list("ab.-_{} \t") + ["\n", "\x1f", "\x7f", "\u00a0", "\u3000", "\u2028", "é", "🎉", "\ufffe", "\uffff"]
+names = st.one_of(st.text(st.sampled_from(EDGY), max_size=6), st.sampled_from(["x" * 512, "x" * 513, "orders"]))
+json_strings = st.text(st.sampled_from(EDGY + ["\x00", '"', "\\"]), max_size=6)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=False, allow_infinity=False)
+    | json_strings,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_strings, inner, max_size=3),
+    max_leaves=8)
+header_maps = st.none() | st.dictionaries(
+    st.sampled_from(["h", "X-Trace.id", "aws.x", "Amazon.y", "a..b", ".a", "outbox-type", "k" * 257, "é", "a b"]),
+    st.text(st.sampled_from(EDGY), max_size=4) | st.integers(0, 3), max_size=9)
+
+
+def deliver_ats():
+    # Whole minutes from now, never within two minutes of the 366-day bounds (the two
+    # ways read the clock a few milliseconds apart).
+    minutes = st.integers(-400 * 1440, 400 * 1440).filter(lambda m: abs(abs(m) - 366 * 1440) > 2)
+    return st.none() | minutes.map(lambda m: datetime.now(timezone.utc) + timedelta(minutes=m))
+
+
+attempts = st.none() | st.integers(-2, 1003)
+
+
+# -- events ----------------------------------------------------------------------------------------------
+
+@settings(max_examples=100, **SETTINGS)
+@given(stream=names, type_=names, payload=json_values, key=st.none() | names, headers=header_maps,
+       deliver_at=deliver_ats(), max_attempts=attempts)
+@example(stream="a{b}c", type_="t", payload={"x": 1}, key=None, headers=None, deliver_at=None, max_attempts=3)
+@example(stream="{}", type_="t", payload=1, key="", headers={}, deliver_at=None, max_attempts=None)
+@example(stream="s", type_="t", payload="x" * (256 * 1024 - 2), key=None, headers=None, deliver_at=None,
+         max_attempts=None)
+@example(stream="s", type_="t", payload="x" * (256 * 1024 - 1), key=None, headers=None, deliver_at=None,
+         max_attempts=None)
+def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, headers, deliver_at, max_attempts):
+    mid = uuid.uuid4()
+    args = dict(stream=stream, type=type_, payload=payload, key=key, headers=headers, message_id=mid,
+                deliver_at=deliver_at, max_attempts=max_attempts)
+    py = outcome(conn, lambda: enqueue_event(conn, **args), mid)
+    sq = outcome(conn, lambda: call(conn, "event", **args), mid)
+    event(f"python {py[0]}")
+    same(py, sq)
+
+
+# -- SQS, SNS, EventBridge -------------------------------------------------------------------------------
+
+ENQUEUE_AWS = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge}
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(channel=st.sampled_from(sorted(ENQUEUE_AWS)), type_=names, payload=json_values | st.dictionaries(
+           st.sampled_from(["a", "outbox-message-id", "\uffff"]), json_values, max_size=2),
+       key=st.none() | names, headers=header_maps, deliver_at=deliver_ats(), max_attempts=attempts,
+       source=st.none() | st.sampled_from(["shop", "aws.x", "AWS.y", " shop", "", "s" * 257, "é"]),
+       bus=st.none() | st.sampled_from(["b", "a/b.c-d_e", "", "b c", "x" * 257,
+                                        "arn:aws:events:eu-west-1:123456789012:event-bus/b",
+                                        "arn:aws:events:eu-west-1:1234:event-bus/b"]))
+@example(channel="sqs", type_="t", payload="x" * (256 * 1024 - 90), key=None, headers=None, deliver_at=None,
+         max_attempts=None, source=None, bus=None)
+@example(channel="eventbridge", type_="t", payload={"a": "x" * (256 * 1024 - 70)}, key=None, headers=None,
+         deliver_at=None, max_attempts=None, source="shop", bus=None)
+def test_aws_messages_same_row_or_same_refusal(conn, channel, type_, payload, key, headers, deliver_at,
+                                               max_attempts, source, bus):
+    mid = uuid.uuid4()
+    args = dict(type=type_, payload=payload, key=key, message_id=mid, deliver_at=deliver_at,
+                max_attempts=max_attempts)
+    if channel == "eventbridge":
+        args.update(source=source, bus=bus)
+    else:
+        args.update(headers=headers)
+    py = outcome(conn, lambda: ENQUEUE_AWS[channel](conn, **args), mid)
+    sq = outcome(conn, lambda: call(conn, channel, **args), mid)
+    event(f"{channel}: python {py[0]}")
+    same(py, sq)
+
+
+# -- email -----------------------------------------------------------------------------------------------
+
+ATEXT = "abcXYZ019!#$%&'*+/=?^_`{|}~-"
+plain_local = st.lists(st.text(st.sampled_from(ATEXT), min_size=1, max_size=5), min_size=1, max_size=3).map(".".join)
+plain_label = st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,4}[a-zA-Z0-9])?", fullmatch=True).filter(
+    lambda s: s[2:4] != "--")
+plain_domain = st.tuples(st.lists(plain_label, min_size=1, max_size=3),
+                         st.sampled_from(["com", "example", "ORG", "co", "museum"])).map(
+    lambda t: ".".join(t[0] + [t[1]]))
+plain_word = st.text(st.sampled_from("AbZ019'!#é박ü-_"), min_size=1, max_size=5).filter(lambda w: "=?" not in w)
+plain_display = st.none() | st.lists(plain_word, min_size=1, max_size=3).map(" ".join) | \
+    st.text(st.sampled_from("Ab ,.;:()@é"), min_size=1, max_size=8).map(lambda s: f'"{s}"')
+
+
+@st.composite
+def plain_addresses(draw):
+    addr = f"{draw(plain_local)}@{draw(plain_domain)}"
+    display = draw(plain_display)
+    return addr if display is None else f"{display} <{addr}>"
+
+
+edgy_local = st.text(st.sampled_from(ATEXT + '."é ()\\'), min_size=0, max_size=6)
+edgy_domain = st.lists(st.text(st.sampled_from("ab1-_é"), max_size=5), min_size=1, max_size=3).map(".".join) | \
+    st.tuples(st.lists(plain_label, min_size=1, max_size=2),
+              st.sampled_from(["test", "local", "c1", "123", "xn--bcher-kva", "ab--c", "onion", "x" * 64])).map(
+    lambda t: ".".join(t[0] + [t[1]]))
+edgy_display = st.none() | st.text(st.sampled_from('Ab ,."\'<>=?é\t()\u00a0'), max_size=8)
+
+
+@st.composite
+def edgy_addresses(draw):
+    addr = f"{draw(edgy_local)}@{draw(edgy_domain)}"
+    form = draw(st.sampled_from(["{a}", "<{a}>", "{d} <{a}>", "{d}<{a}>", " {a} ", "{a}, {a}", "{d}"]))
+    return form.format(a=addr, d=draw(edgy_display) or "")
+
+
+addresses = plain_addresses() | edgy_addresses()
+subjects = st.none() | st.text(st.sampled_from(EDGY + ["é", "\r"]), max_size=8) | st.just("s" * 999)
+bodies = st.none() | st.text(st.sampled_from(EDGY), max_size=8)
+email_headers = st.none() | st.dictionaries(
+    st.sampled_from(["X-A", "x-a", "List-Unsubscribe", "Resent-To", "Content-X", "X-SES-A", "Bad:Name", "",
+                     "Date", "Keywords", "X-" + "h" * 125]),
+    st.text(st.sampled_from(EDGY), max_size=6) | st.sampled_from(["=?utf-8?q?x?=", "<a@b.com>", "é" * 330]),
+    max_size=4)
+tag_maps = st.none() | st.dictionaries(st.sampled_from(["c", "outbox-message-id", "bad name", "t" * 257]),
+                                       st.sampled_from(["w", "", "a b", "v" * 256, "v" * 257]), max_size=3)
+
+
+@st.composite
+def attachment_lists(draw):
+    out = []
+    for _ in range(draw(st.integers(0, 2))):
+        content = draw(st.sampled_from(["aGk=", "aGk", "****", "", base64.b64encode(b"x" * 100).decode()]))
+        out.append({"filename": draw(st.sampled_from(["a.txt", "", " ", "a/b", "r\u00e9sum\u00e9.pdf", "a\tb",
+                                                      "f" * 256])),
+                    "content_type": draw(st.sampled_from(["text/plain", "application/pdf", "Text/Plain",
+                                                          "multipart/mixed", "bad", "text/plain; x=1", ""])),
+                    "content_base64": content})
+    return out
+
+
+def mostly(good, bad):
+    """`good` nineteen times in twenty: an email has many fields, and one bad field refuses it."""
+    return st.integers(0, 19).flatmap(lambda n: bad if n == 0 else good)
+
+
+good_subjects = st.text(st.sampled_from("aZ é日 !"), min_size=1, max_size=20).filter(str.strip)
+good_headers = st.none() | st.dictionaries(st.sampled_from(["X-A", "List-Unsubscribe", "Keywords", "X-Campaign"]),
+                                           st.text(st.sampled_from("ab é<>@:"), max_size=10), max_size=3)
+good_attachments = st.lists(st.fixed_dictionaries({
+    "filename": st.sampled_from(["a.txt", "résumé.pdf", "data.bin"]),
+    "content_type": st.sampled_from(["text/plain", "application/pdf", "Application/Octet-Stream"]),
+    "content_base64": st.binary(max_size=60).map(lambda b: base64.b64encode(b).decode())}), max_size=2)
+
+
+def email_args(draw, address, n_to):
+    body = draw(st.sampled_from(["html", "text", "both"]))
+    return dict(
+        to=draw(mostly(st.lists(address, min_size=1, max_size=n_to), st.lists(addresses, max_size=n_to))),
+        cc=draw(mostly(st.lists(address, max_size=2), st.lists(addresses, max_size=2))),
+        bcc=draw(mostly(st.lists(address, max_size=1), st.lists(addresses, max_size=1))),
+        reply_to=draw(mostly(st.lists(address, max_size=1), st.lists(addresses, max_size=1))),
+        sender=draw(mostly(st.none() | address, addresses)),
+        subject=draw(mostly(good_subjects, subjects)),
+        html=draw(mostly(good_subjects if body != "text" else st.none(), bodies)),
+        text=draw(mostly(good_subjects if body != "html" else st.none(), bodies)),
+        headers=draw(mostly(good_headers, email_headers)),
+        tags=draw(mostly(st.none() | st.just({"campaign": "w-1"}), tag_maps)),
+        configuration_set=draw(mostly(st.none() | st.just("tx"), st.sampled_from(["bad set", "c" * 65]))),
+        attachments=draw(mostly(good_attachments, attachment_lists())),
+        key=draw(mostly(st.none() | st.just("k1"), names)),
+        deliver_at=draw(deliver_ats()),
+        max_attempts=draw(mostly(st.none() | st.integers(1, 1000), attempts)))
+
+
+def email_outcomes(conn, args):
+    mid = uuid.uuid4()
+    args = dict(args, message_id=mid)
+    py = outcome(conn, lambda: enqueue_email(conn, **args), mid)
+    sq = outcome(conn, lambda: call(conn, "email", **args), mid)
+    if currently_in_test_context():  # hypothesis's statistics: how many were written, refused, by the subset
+        event(f"python {py[0]}, sql {sq[0]}" + (" (subset)" if sq[0] == "refused" and SUBSET in sq[2] else ""))
+    for o in (py, sq):
+        if o[0] == "ok":
+            o[1].pop("payload_bytes")  # the same JSON value, written with other spacing
+    return py, sq
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_emails_same_row_or_same_refusal(conn, data):
+    py, sq = email_outcomes(conn, email_args(data.draw, addresses, 3))
+    same(py, sq, subset_allowed=True)
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(data=st.data())
+def test_emails_inside_the_subset_agree_exactly(conn, data):
+    args = email_args(data.draw, plain_addresses(), 3)
+    args["attachments"] = [a for a in args["attachments"] if a["content_type"]]
+    args["headers"] = {k: v for k, v in (args["headers"] or {}).items() if k != "Resent-To" and "=?" not in v}
+    py, sq = email_outcomes(conn, args)
+    same(py, sq)
+
+
+def test_fifty_recipients_are_taken_and_fifty_one_refused(conn):
+    to = [f"r{i}@example.com" for i in range(51)]
+    for n, expected in ((50, "ok"), (51, "refused")):
+        py, sq = email_outcomes(conn, dict(to=to[:n], subject="s", text="t"))
+        same(py, sq)
+        assert py[0] == expected
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(subject=st.text(st.sampled_from("aé日 "), min_size=1, max_size=400).filter(str.strip),
+       names=st.lists(st.text(st.sampled_from("aé日 "), min_size=1, max_size=60).filter(str.strip), max_size=4),
+       sizes=st.lists(st.integers(0, 5000), max_size=3), body=st.text(st.sampled_from("a\né日"), min_size=1, max_size=3000),
+       header=st.text(st.sampled_from("aé日 "), max_size=300).filter(str.strip))
+def test_the_mime_size_bound_is_above_the_real_size_and_close_to_it(conn, subject, names, sizes, body, header):
+    # The function refuses by a bound of the MIME size (it cannot build the message): never below it.
+    payload = EmailPayload.model_validate({
+        "to": [f"{n} <to@example.com>" for n in names] or ["to@example.com"], "subject": subject,
+        "text": body or None, "html": body or None, "headers": {"X-Note": header},
+        "attachments": [{"filename": f"{n}.bin", "content": b"\x00" * s, "content_type": "application/octet-stream"}
+                        for n, s in zip(names or ["f"], sizes)]})
+    real = len(build_mime(payload, sender="placeholder-sender-address@example.invalid"))
+    bound = conn.execute(text("SELECT outbox__mime_bound_v1(CAST(:p AS jsonb))"), {"p": payload.to_json()}).scalar()
+    assert real <= bound <= real * 1.05 + 16 * 1024
+
+
+# -- idempotency, trace context, what a refusal leaves ------------------------------------------------------
+
+def test_the_same_message_definition_is_the_one_of_producer_sql():
+    fragment = re.search(r"-- name: same_message_as_m\n(?:--[^\n]*\n)*(.*?)\n\n",
+                         (ROOT / "shared/outbox_relay/sql/producer.sql").read_text(), re.S).group(1)
+    migration = (ROOT / "migrations/outbox_migrations/versions/0009_enqueue_functions.py").read_text()
+    squash = " ".join
+    assert squash(fragment.split()) in squash(migration.split())
+
+
+def test_python_and_sql_under_one_id_are_one_message_and_other_content_is_refused(app_engine):
+    mid = uuid.uuid4()
+    with app_engine.begin() as c:
+        enqueue_event(c, stream="orders", type="order.placed", payload={"id": 7, "total": 1.5}, message_id=mid)
+    with app_engine.begin() as c:  # the same JSON value, other spacing and key order
+        assert call(c, "event", stream="orders", type="order.placed", payload=Raw('{ "total": 1.50, "id": 7 }'),
+                    message_id=mid) == mid
+    with pytest.raises(Refused) as refused, app_engine.begin() as c:
+        call(c, "event", stream="orders", type="order.placed", payload={"id": 8}, message_id=mid)
+    assert (refused.value.code, refused.value.field) == ("OB002", "message_id")
+    with app_engine.connect() as c:
+        assert count(c) == 2  # one message: its state row and its body
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("function, args", [
+    ("event", dict(stream="orders", type="t", payload={}, headers={"h": "v"})),
+    ("sqs", dict(type="t", payload={})),
+    ("sns", dict(type="t", payload={})),
+    ("eventbridge", dict(type="t", payload={}, source="shop")),
+    ("email", dict(to=["a@example.com"], subject="s", text="t")),
+])
+def test_trace_context_is_stored_in_the_message_headers(app_engine, function, args):
+    with app_engine.begin() as c:
+        mid = call(c, function, **args, traceparent=TRACEPARENT, tracestate="vendor=1")
+        headers = stored(c, mid)["headers"]
+    assert headers["traceparent"] == TRACEPARENT and headers["tracestate"] == "vendor=1"
+    assert headers.get("h", "v") == "v" and headers.get("source", "shop") == "shop"  # beside the others
+
+
+@pytest.mark.parametrize("function, args, field", [
+    ("event", dict(stream="s", type="t", payload={}, traceparent="00-xyz"), "traceparent"),
+    ("event", dict(stream="s", type="t", payload={}, traceparent="00-" + "0" * 32 + "-00f067aa0ba902b7-01"),
+     "traceparent"),
+    ("event", dict(stream="s", type="t", payload={}, tracestate="a=1"), "tracestate"),
+    ("event", dict(stream="s", type="t", payload={}, headers={"traceparent": TRACEPARENT}, traceparent=TRACEPARENT),
+     "traceparent"),
+    ("event", dict(stream=" s", type="t", payload={}), "stream"),
+    ("event", dict(stream="s", type="t", payload={}, deliver_at=datetime.now(timezone.utc) + timedelta(days=400)),
+     "deliver_at"),
+    ("event", dict(stream="s", type="t", payload={}, headers={"h": 1}), "headers.h"),
+    ("sqs", dict(type="t", payload={}, headers={f"h{i}": "v" for i in range(8)}), "headers"),
+    ("sns", dict(type="t", payload={}, headers={"outbox-key": "v"}), "headers.outbox-key"),
+    ("eventbridge", dict(type="t", payload=[1]), "payload"),
+    ("eventbridge", dict(type="t", payload={}, bus="no spaces"), "bus"),
+    ("email", dict(to=["a@example.com"], subject="s"), "html/text"),
+    ("email", dict(to=["a@example.com", "b@example.test"], subject="s", text="t"), "to[1]"),
+    ("email", dict(to=["a@example.com"], subject="s\r\nBcc: x@evil.example", text="t"), "subject"),
+    ("email", dict(to=["a@example.com"], subject="s", text="t", max_attempts=0), "max_attempts"),
+])
+def test_a_refusal_names_the_field_and_writes_nothing(app_engine, function, args, field):
+    with app_engine.connect() as c:
+        with pytest.raises(Refused) as refused:
+            with c.begin():
+                call(c, function, **args)
+        assert (refused.value.code, refused.value.field) == ("OB001", field)
+        assert refused.value.message.startswith(field + ": ") and "\n" not in refused.value.message
+        assert count(c) == 0
+
+
+def test_the_downgrade_drops_every_function_the_upgrade_created():
+    from importlib import import_module
+
+    m = import_module("outbox_migrations.versions.0009_enqueue_functions")
+    created = re.findall(r"CREATE FUNCTION (\w+)\(", m.sql_text())
+    assert sorted(created) == sorted(s.split("(")[0] for s in m.FUNCTIONS)
+    assert all(json.dumps(s) for s in m.statements())
+
+
+# -- two transactions at once ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("second_payload, refused", [({"v": 1}, False), ({"v": 2}, True)])
+def test_the_same_id_from_two_transactions_at_once_is_one_message(database_url, second_payload, refused):
+    # The second call waits on the first's uncommitted row; once that commits, the
+    # function's second look compares with it (READ COMMITTED, the default).
+    from test_enqueue_race import race
+
+    mid = uuid.uuid4()
+    out = race(database_url,
+               lambda c: call(c, "event", stream="orders", type="t", payload={"v": 1}, message_id=mid),
+               lambda c: call(c, "event", stream="orders", type="t", payload=second_payload, message_id=mid))
+    if refused:
+        assert isinstance(out.get("error"), Refused) and (out["error"].code, out["error"].field) == \
+            ("OB002", "message_id")
+    else:
+        assert "error" not in out and out["ids"] == mid
+    assert out["rows"] == [{"v": 1}]  # one message, the first
