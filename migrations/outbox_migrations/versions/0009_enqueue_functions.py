@@ -471,9 +471,19 @@ BEGIN
         PERFORM outbox__refuse_v1(field, 'is not a valid address (too long before the @-sign)');
     END IF;
     domain := lower(domain);
+    IF domain ~ '[^\u0001-\u007f]' THEN
+        PERFORM outbox__refuse_v1(field, 'has an internationalised domain, which this function does not take '
+                                         '(the Python API converts it to Punycode)');
+    END IF;
+    IF domain !~ '^[a-z0-9.-]+$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains invalid '
+                                         'characters)');
+    END IF;
+    IF strpos(domain, '.') = 0 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign should have a period)');
+    END IF;
     IF domain !~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$' THEN
-        PERFORM outbox__refuse_v1(field, 'has a domain this function does not take: ASCII letters, digits and '
-                                         'hyphens in dotted labels (give an internationalised domain in Python)');
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not well formed)');
     END IF;
     FOREACH label IN ARRAY string_to_array(domain, '.') LOOP
         IF length(label) > 63 THEN
