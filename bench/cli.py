@@ -576,3 +576,31 @@ def memory_probe(database_url: str, redis_url: str, batch_size: int) -> None:
     from .memory import probe
 
     click.echo(json.dumps(probe(database_url, redis_url, batch_size)))
+
+
+@main.command(name="enqueue-sql")
+@click.option("--n", "n", type=COUNT, default=5_000, show_default=True, metavar="N",
+              help="Messages per way (event and email, Python API and SQL function), one per transaction.")
+@click.option("--rounds", type=COUNT, default=5, show_default=True, metavar="N",
+              help="Alternating rounds; a rate is the median round's.")
+@click.option("--database-name", default="outbox_bench", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the figures here as JSON.")
+def enqueue_sql(n: int, rounds: int, database_name: str, out: Path | None) -> None:
+    """Enqueue per second through the SQL functions against the Python producer API, in one run."""
+    import json
+
+    from .enqueue_sql import run_enqueue_sql
+
+    with BenchEnv.open(database_name=database_name) as env:
+        result = run_enqueue_sql(env, n=n, rounds=rounds)
+        result["machine"] = machine_info() | env.server_versions()
+    rates, ratio = result["messages_per_second"], result["sql_vs_python"]
+    for kind in ("event", "email"):
+        click.echo(f"{kind}: SQL function {rates[kind + '_sql']:,.1f} msg/s, Python API "
+                   f"{rates[kind + '_python']:,.1f} msg/s: SQL / Python {ratio[kind]:.2f}x "
+                   f"({result['messages_per_way']:,} each, one per transaction, median of {rounds} rounds)")
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    if not result["check"]["ok"]:
+        raise click.ClickException(f"correctness check failed: {result['check']}")
