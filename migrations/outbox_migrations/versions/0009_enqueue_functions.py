@@ -109,15 +109,16 @@ BEGIN
     END IF;
 END $f$;
 
--- The window of docs/decisions/0013: 366 days of 24 hours either way (Python's timedelta).
+-- The window of docs/decisions/0013: 366 days of 24 hours either way (Python's timedelta),
+-- from the time of the call (as Python reads its clock at the call, not at the transaction's start).
 CREATE FUNCTION outbox__check_deliver_at_v1(deliver_at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $f$
 BEGIN
-    IF deliver_at > now() + interval '8784 hours' THEN
+    IF deliver_at > clock_timestamp() + interval '8784 hours' THEN
         PERFORM outbox__refuse_v1('deliver_at',
             'is more than 366 days ahead; the outbox schedules at most 366 days ahead');
     END IF;
-    IF deliver_at < now() - interval '8784 hours' THEN
+    IF deliver_at < clock_timestamp() - interval '8784 hours' THEN
         PERFORM outbox__refuse_v1('deliver_at',
             'is more than 366 days in the past (a past deliver_at within 366 days means now)');
     END IF;
