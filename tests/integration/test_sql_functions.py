@@ -16,6 +16,7 @@ import re
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
@@ -81,7 +82,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_strings, inner, max_size=3),
     max_leaves=8)
 header_maps = st.none() | st.dictionaries(
-    st.sampled_from(["h", "X-Trace.id", "aws.x", "Amazon.y", "a..b", ".a", "outbox-type", "k" * 257, "é", "a b"]),
+    st.sampled_from(["h", "X-Trace.id", "aws.x", "Amazon.y", "a..b", ".a", "outbox-type", "k" * 257, "é", "a b",
+                     "traceparent", "tracestate"]),
     st.text(st.sampled_from(EDGY), max_size=4) | st.integers(0, 3), max_size=9)
 
 
@@ -93,25 +95,46 @@ def deliver_ats():
 
 
 attempts = st.none() | st.integers(-2, 1003)
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+# The producer's current trace context (as tracing.current_context gives it), or none.
+contexts = st.none() | st.sampled_from([{"traceparent": TRACEPARENT},
+                                        {"traceparent": TRACEPARENT, "tracestate": "vendor=1,other=x"}])
+
+
+def traced(context, write):
+    """`write` under the producer's current trace `context` (None: no context)."""
+    def run():
+        with mock.patch("outbox_relay.producer.current_context", return_value=dict(context or {})):
+            return write()
+    return run
+
+
+def trace_args(context) -> dict:
+    """The same context as the SQL functions' arguments."""
+    return {"traceparent": (context or {}).get("traceparent"), "tracestate": (context or {}).get("tracestate")}
 
 
 # -- events ----------------------------------------------------------------------------------------------
 
 @settings(max_examples=100, **SETTINGS)
 @given(stream=names, type_=names, payload=json_values, key=st.none() | names, headers=header_maps,
-       deliver_at=deliver_ats(), max_attempts=attempts)
-@example(stream="a{b}c", type_="t", payload={"x": 1}, key=None, headers=None, deliver_at=None, max_attempts=3)
-@example(stream="{}", type_="t", payload=1, key="", headers={}, deliver_at=None, max_attempts=None)
+       deliver_at=deliver_ats(), max_attempts=attempts, context=contexts)
+@example(stream="a{b}c", type_="t", payload={"x": 1}, key=None, headers=None, deliver_at=None, max_attempts=3,
+         context=None)
+@example(stream="{}", type_="t", payload=1, key="", headers={}, deliver_at=None, max_attempts=None, context=None)
 @example(stream="s", type_="t", payload="x" * (256 * 1024 - 2), key=None, headers=None, deliver_at=None,
-         max_attempts=None)
+         max_attempts=None, context=None)
 @example(stream="s", type_="t", payload="x" * (256 * 1024 - 1), key=None, headers=None, deliver_at=None,
-         max_attempts=None)
-def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, headers, deliver_at, max_attempts):
+         max_attempts=None, context=None)
+@example(stream="s", type_="t", payload={}, key=None, headers={"tracestate": "mine", "h": "v"}, deliver_at=None,
+         max_attempts=None, context={"traceparent": TRACEPARENT, "tracestate": "theirs"})
+def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, headers, deliver_at, max_attempts,
+                                         context):
     mid = uuid.uuid4()
     args = dict(stream=stream, type=type_, payload=payload, key=key, headers=headers, message_id=mid,
                 deliver_at=deliver_at, max_attempts=max_attempts)
-    py = outcome(conn, lambda: enqueue_event(conn, **args), mid)
-    sq = outcome(conn, lambda: call(conn, "event", **args), mid)
+    py = outcome(conn, traced(context, lambda: enqueue_event(conn, **args)), mid)
+    sq = outcome(conn, lambda: call(conn, "event", **args, **trace_args(context)), mid)
     event(f"python {py[0]}")
     same(py, sq)
 
@@ -128,13 +151,18 @@ ENQUEUE_AWS = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_ev
        source=st.none() | st.sampled_from(["shop", "aws.x", "AWS.y", " shop", "", "s" * 257, "é"]),
        bus=st.none() | st.sampled_from(["b", "a/b.c-d_e", "", "b c", "x" * 257,
                                         "arn:aws:events:eu-west-1:123456789012:event-bus/b",
-                                        "arn:aws:events:eu-west-1:1234:event-bus/b"]))
+                                        "arn:aws:events:eu-west-1:1234:event-bus/b"]),
+       context=contexts)
 @example(channel="sqs", type_="t", payload="x" * (256 * 1024 - 90), key=None, headers=None, deliver_at=None,
-         max_attempts=None, source=None, bus=None)
+         max_attempts=None, source=None, bus=None, context=None)
+@example(channel="sqs", type_="t", payload="x" * (256 * 1024 - 160), key=None, headers=None, deliver_at=None,
+         max_attempts=None, source=None, bus=None, context={"traceparent": TRACEPARENT})
+@example(channel="sns", type_="t", payload={}, key=None, headers={f"h{i}": "v" for i in range(6)}, deliver_at=None,
+         max_attempts=None, source=None, bus=None, context={"traceparent": TRACEPARENT, "tracestate": "v=1"})
 @example(channel="eventbridge", type_="t", payload={"a": "x" * (256 * 1024 - 70)}, key=None, headers=None,
-         deliver_at=None, max_attempts=None, source="shop", bus=None)
+         deliver_at=None, max_attempts=None, source="shop", bus=None, context=None)
 def test_aws_messages_same_row_or_same_refusal(conn, channel, type_, payload, key, headers, deliver_at,
-                                               max_attempts, source, bus):
+                                               max_attempts, source, bus, context):
     mid = uuid.uuid4()
     args = dict(type=type_, payload=payload, key=key, message_id=mid, deliver_at=deliver_at,
                 max_attempts=max_attempts)
@@ -142,8 +170,8 @@ def test_aws_messages_same_row_or_same_refusal(conn, channel, type_, payload, ke
         args.update(source=source, bus=bus)
     else:
         args.update(headers=headers)
-    py = outcome(conn, lambda: ENQUEUE_AWS[channel](conn, **args), mid)
-    sq = outcome(conn, lambda: call(conn, channel, **args), mid)
+    py = outcome(conn, traced(context, lambda: ENQUEUE_AWS[channel](conn, **args)), mid)
+    sq = outcome(conn, lambda: call(conn, channel, **args, **trace_args(context)), mid)
     event(f"{channel}: python {py[0]}")
     same(py, sq)
 
@@ -244,11 +272,11 @@ def email_args(draw, address, n_to, any_address=addresses):
         max_attempts=draw(mostly(st.none() | st.integers(1, 1000), attempts)))
 
 
-def email_outcomes(conn, args):
+def email_outcomes(conn, args, context=None):
     mid = uuid.uuid4()
     args = dict(args, message_id=mid)
-    py = outcome(conn, lambda: enqueue_email(conn, **args), mid)
-    sq = outcome(conn, lambda: call(conn, "email", **args), mid)
+    py = outcome(conn, traced(context, lambda: enqueue_email(conn, **args)), mid)
+    sq = outcome(conn, lambda: call(conn, "email", **args, **trace_args(context)), mid)
     if currently_in_test_context():  # hypothesis's statistics: how many were written, refused, by the subset
         event(f"python {py[0]}, sql {sq[0]}" + (" (subset)" if sq[0] == "refused" and SUBSET in sq[2] else ""))
     for o in (py, sq):
@@ -260,7 +288,7 @@ def email_outcomes(conn, args):
 @settings(max_examples=150, **SETTINGS)
 @given(data=st.data())
 def test_emails_same_row_or_same_refusal(conn, data):
-    py, sq = email_outcomes(conn, email_args(data.draw, addresses, 3))
+    py, sq = email_outcomes(conn, email_args(data.draw, addresses, 3), data.draw(contexts))
     same(py, sq, subset_allowed=True)
 
 
@@ -323,9 +351,6 @@ def test_python_and_sql_under_one_id_are_one_message_and_other_content_is_refuse
         assert count(c) == 2  # one message: its state row and its body
 
 
-TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
 @pytest.mark.parametrize("function, args", [
     ("event", dict(stream="orders", type="t", payload={}, headers={"h": "v"})),
     ("sqs", dict(type="t", payload={})),
@@ -346,8 +371,7 @@ def test_trace_context_is_stored_in_the_message_headers(app_engine, function, ar
     ("event", dict(stream="s", type="t", payload={}, traceparent="00-" + "0" * 32 + "-00f067aa0ba902b7-01"),
      "traceparent"),
     ("event", dict(stream="s", type="t", payload={}, tracestate="a=1"), "tracestate"),
-    ("event", dict(stream="s", type="t", payload={}, headers={"traceparent": TRACEPARENT}, traceparent=TRACEPARENT),
-     "traceparent"),
+    ("event", dict(stream="s", type="t", payload={}, traceparent="01" + TRACEPARENT[2:]), "traceparent"),
     ("event", dict(stream=" s", type="t", payload={}), "stream"),
     ("event", dict(stream="s", type="t", payload={}, deliver_at=datetime.now(timezone.utc) + timedelta(days=400)),
      "deliver_at"),

@@ -20,7 +20,7 @@ MIME size) the functions accept a documented subset and refuse the rest.
 shared/outbox_relay/sql/producer.sql, copied verbatim; a unit test keeps them equal.
 
 Revision ID: 0009
-Revises: 0007 (0008 when merged: see the report of the sqlfn branch)
+Revises: 0007 (until 0008 exists; then 0008)
 Create Date: 2026-12-02
 """
 from alembic import op
@@ -166,33 +166,44 @@ LANGUAGE sql IMMUTABLE AS $f$
       FROM json_each_text(value) WITH ORDINALITY AS e(k, v, n)
 $f$;
 
--- W3C trace context (issue 26 item 3): stored as the headers `traceparent` and
--- `tracestate`, where the Python producer stores them.
-CREATE FUNCTION outbox__with_trace_v1(headers json, traceparent text, tracestate text) RETURNS json
+-- W3C trace context (issue 26 item 3), given as arguments: checked as
+-- outbox_relay.tracing.check_context checks it, and returned as the headers
+-- `traceparent` and `tracestate` (an empty tracestate is none), NULL for none.
+CREATE FUNCTION outbox__trace_context_v1(traceparent text, tracestate text) RETURNS json
 LANGUAGE plpgsql AS $f$
 BEGIN
     IF traceparent IS NULL THEN
-        IF tracestate IS NOT NULL THEN
-            PERFORM outbox__refuse_v1('tracestate', 'is given without a traceparent');
-        END IF;
-        RETURN headers;
+        IF tracestate IS NOT NULL THEN PERFORM outbox__refuse_v1('tracestate', 'needs a traceparent'); END IF;
+        RETURN NULL;
     END IF;
-    IF traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' OR left(traceparent, 2) = 'ff'
+    IF traceparent !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
        OR substr(traceparent, 4, 32) = repeat('0', 32) OR substr(traceparent, 37, 16) = repeat('0', 16) THEN
         PERFORM outbox__refuse_v1('traceparent',
-            'must be a W3C traceparent: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, lower case');
+            'must be a W3C traceparent, 00-<32 hex>-<16 hex>-<2 hex>, ids not all zero');
     END IF;
-    IF tracestate IS NOT NULL AND (tracestate !~ '^[\u0020-\u007e]+$' OR length(tracestate) > 512) THEN
-        PERFORM outbox__refuse_v1('tracestate', 'must be 1-512 printable ASCII characters (W3C tracestate)');
+    IF tracestate !~ '^[\u0020-\u007e]*$' OR length(tracestate) > 512 THEN
+        PERFORM outbox__refuse_v1('tracestate', 'must be printable ASCII of at most 512 characters');
     END IF;
-    IF EXISTS (SELECT FROM json_object_keys(headers) AS k WHERE k IN ('traceparent', 'tracestate')) THEN
-        PERFORM outbox__refuse_v1('traceparent', 'is given both as an argument and in headers');
-    END IF;
-    RETURN (SELECT json_object_agg(e.k, e.v ORDER BY e.n)
-              FROM (SELECT h.k, h.v, h.n FROM json_each_text(headers) WITH ORDINALITY AS h(k, v, n)
-                    UNION ALL SELECT 'traceparent', traceparent, 1e9
-                    UNION ALL SELECT 'tracestate', tracestate, 1e9 + 1 WHERE tracestate IS NOT NULL) e);
+    IF coalesce(tracestate, '') = '' THEN RETURN json_build_object('traceparent', traceparent); END IF;
+    RETURN json_build_object('traceparent', traceparent, 'tracestate', tracestate);
 END $f$;
+
+-- `headers` with the context added first, as outbox_relay.tracing.with_context adds
+-- the producer's: a traceparent already in the headers wins, with its own tracestate or none.
+CREATE FUNCTION outbox__with_context_v1(headers json, context json) RETURNS json
+LANGUAGE sql IMMUTABLE AS $f$
+    SELECT CASE
+        WHEN context IS NULL OR EXISTS (SELECT FROM json_object_keys(headers) AS k WHERE k = 'traceparent')
+            THEN headers
+        -- {**context, **headers}: a name in both keeps the context's place and the header's value
+        ELSE (SELECT json_object_agg(e.k, e.v ORDER BY e.n)
+                FROM (SELECT c.k, coalesce(headers ->> c.k, c.v) AS v, c.n
+                        FROM json_each_text(context) WITH ORDINALITY AS c(k, v, n)
+                      UNION ALL
+                      SELECT h.k, h.v, 100 + h.n FROM json_each_text(headers) WITH ORDINALITY AS h(k, v, n)
+                       WHERE (context -> h.k) IS NULL) e)
+    END
+$f$;
 
 -- Write one validated message: the statement of sql.producer.insert_message in
 -- plpgsql. In READ COMMITTED the second look sees a writer that committed
@@ -259,7 +270,7 @@ BEGIN
     PERFORM outbox__check_attempts_v1(max_attempts);
     PERFORM outbox__check_deliver_at_v1(deliver_at);
     PERFORM outbox__check_json_v1('payload', payload_text, 262144);
-    h := outbox__with_trace_v1(h, traceparent, tracestate);
+    h := outbox__with_context_v1(h, outbox__trace_context_v1(traceparent, tracestate));
     headers_text := outbox__compact_v1(h);
     IF headers_text IS NOT NULL THEN PERFORM outbox__check_json_v1('headers', headers_text, 65536); END IF;
     RETURN outbox__insert_v1(coalesce(message_id, gen_random_uuid()), 'redis', stream, type, key, payload_text,
@@ -284,27 +295,16 @@ END $f$;
 CREATE FUNCTION outbox__attribute_bytes_v1(name text, value text) RETURNS int
 LANGUAGE sql IMMUTABLE AS $f$ SELECT octet_length(name) + 6 + octet_length(value) $f$;
 
--- SQS and SNS (outbox_relay.aws_messages.aws_row).
-CREATE FUNCTION outbox__enqueue_aws_v1(
-    channel text, type text, payload json, key text, headers json, message_id uuid, deliver_at timestamptz,
-    max_attempts integer, traceparent text, tracestate text) RETURNS uuid
+-- What SQS and SNS check of the attributes and the size (aws_messages.aws_row, from
+-- its _check_headers on), raising on the first problem.
+CREATE FUNCTION outbox__check_aws_v1(channel text, type text, payload_text text, key text, h json,
+                                     mid uuid) RETURNS void
 LANGUAGE plpgsql AS $f$
 DECLARE
-    h json;
-    payload_text text := coalesce(payload::text, 'null');
-    headers_text text;
-    mid uuid := coalesce(message_id, gen_random_uuid());
-    n int;
+    n int := coalesce((SELECT count(*) FROM json_object_keys(h)), 0);
     e record;
     size int;
 BEGIN
-    PERFORM outbox__check_type_v1(type);
-    PERFORM outbox__check_key_v1(key);
-    h := outbox__string_map_v1('headers', headers);
-    PERFORM outbox__check_attempts_v1(max_attempts);
-    PERFORM outbox__check_deliver_at_v1(deliver_at);
-    h := outbox__with_trace_v1(h, traceparent, tracestate);
-    n := coalesce((SELECT count(*) FROM json_object_keys(h)), 0);
     IF n > 7 THEN
         PERFORM outbox__refuse_v1('headers', format('has %s entries; %s carries at most 10 message attributes, '
                                                     '3 of them the relay''s, so at most 7', n, channel));
@@ -330,8 +330,7 @@ BEGIN
         PERFORM outbox__check_sqs_text_v1('type', type);
         IF key IS NOT NULL THEN PERFORM outbox__check_sqs_text_v1('key', key); END IF;
     END IF;
-    headers_text := outbox__compact_v1(h);
-    IF headers_text IS NOT NULL THEN PERFORM outbox__check_json_v1('headers', headers_text, 65536); END IF;
+    IF h IS NOT NULL THEN PERFORM outbox__check_json_v1('headers', outbox__compact_v1(h), 65536); END IF;
     size := octet_length(payload_text) + outbox__attribute_bytes_v1('outbox-message-id', mid::text)
             + outbox__attribute_bytes_v1('outbox-type', type)
             + coalesce(outbox__attribute_bytes_v1('outbox-key', key), 0)
@@ -340,7 +339,44 @@ BEGIN
         PERFORM outbox__refuse_v1('payload', format('makes the %s message %s bytes with its attributes; '
                                                     'the limit is 262144 bytes', channel, size));
     END IF;
-    RETURN outbox__insert_v1(mid, channel, '(relay)', type, key, payload_text, headers_text, max_attempts,
+END $f$;
+
+-- SQS and SNS (outbox_relay.aws_messages.aws_row and producer._aws_traced).
+CREATE FUNCTION outbox__enqueue_aws_v1(
+    channel text, type text, payload json, key text, headers json, message_id uuid, deliver_at timestamptz,
+    max_attempts integer, traceparent text, tracestate text) RETURNS uuid
+LANGUAGE plpgsql AS $f$
+DECLARE
+    h json;
+    context json;
+    traced json;
+    payload_text text := coalesce(payload::text, 'null');
+    mid uuid := coalesce(message_id, gen_random_uuid());
+    n int;
+BEGIN
+    PERFORM outbox__check_type_v1(type);
+    PERFORM outbox__check_key_v1(key);
+    h := outbox__string_map_v1('headers', headers);
+    PERFORM outbox__check_attempts_v1(max_attempts);
+    PERFORM outbox__check_deliver_at_v1(deliver_at);
+    context := outbox__trace_context_v1(traceparent, tracestate);
+    PERFORM outbox__check_aws_v1(channel, type, payload_text, key, h, mid);
+    -- The context only where it fits, as the producer API stores it: never making a
+    -- valid message invalid (tracestate left out first, then the whole context).
+    n := coalesce((SELECT count(*) FROM json_object_keys(h)), 0);
+    IF context IS NOT NULL AND n + 2 > 7 THEN
+        context := json_build_object('traceparent', context ->> 'traceparent');
+    END IF;
+    IF context IS NOT NULL AND n + 1 <= 7 THEN
+        traced := outbox__with_context_v1(h, context);
+        BEGIN
+            PERFORM outbox__check_aws_v1(channel, type, payload_text, key, traced, mid);
+            h := traced;
+        EXCEPTION WHEN SQLSTATE 'OB001' THEN
+            NULL;  -- no room for it (256 KiB): stored without it
+        END;
+    END IF;
+    RETURN outbox__insert_v1(mid, channel, '(relay)', type, key, payload_text, outbox__compact_v1(h), max_attempts,
                              deliver_at);
 END $f$;
 
@@ -412,8 +448,12 @@ BEGIN
                                                     'the limit is 262144 bytes', size));
     END IF;
     -- EventBridge has no attributes: the headers column carries the source the publisher reads.
-    h := outbox__with_trace_v1(CASE WHEN source IS NULL THEN NULL ELSE json_build_object('source', source) END,
-                               traceparent, tracestate);
+    h := outbox__trace_context_v1(traceparent, tracestate);
+    IF source IS NOT NULL THEN  -- beside the source, after it, as the producer API stores it
+        h := (SELECT json_object_agg(e.k, e.v ORDER BY e.n)
+                FROM (SELECT 'source' AS k, source AS v, 0 AS n
+                      UNION ALL SELECT c.k, c.v, c.n FROM json_each_text(h) WITH ORDINALITY AS c(k, v, n)) e);
+    END IF;
     RETURN outbox__insert_v1(mid, 'eventbridge', coalesce(bus, '(relay)'), type, key, payload_text,
                              outbox__compact_v1(h), max_attempts, deliver_at);
 END $f$;
@@ -759,7 +799,7 @@ BEGIN
     PERFORM outbox__check_key_v1(key);
     PERFORM outbox__check_deliver_at_v1(deliver_at);
     PERFORM outbox__check_attempts_v1(max_attempts);
-    h := outbox__with_trace_v1(NULL, traceparent, tracestate);
+    h := outbox__trace_context_v1(traceparent, tracestate);  -- the relay adds it to the email's headers
     RETURN outbox__insert_v1(mid, 'ses', coalesce(configuration_set, 'ses'), 'email', key, p::text,
                              outbox__compact_v1(h), max_attempts, deliver_at);
 END $f$;
@@ -776,11 +816,13 @@ FUNCTIONS = [
     "outbox_enqueue_sns_v1(text, json, text, json, uuid, timestamptz, integer, text, text)",
     "outbox_enqueue_sqs_v1(text, json, text, json, uuid, timestamptz, integer, text, text)",
     "outbox__enqueue_aws_v1(text, text, json, text, json, uuid, timestamptz, integer, text, text)",
+    "outbox__check_aws_v1(text, text, text, text, json, uuid)",
     "outbox__attribute_bytes_v1(text, text)",
     "outbox__check_sqs_text_v1(text, text)",
     "outbox_enqueue_event_v1(text, text, json, text, uuid, timestamptz, integer, json, text, text)",
     "outbox__insert_v1(uuid, text, text, text, text, text, text, integer, timestamptz)",
-    "outbox__with_trace_v1(json, text, text)",
+    "outbox__with_context_v1(json, json)",
+    "outbox__trace_context_v1(text, text)",
     "outbox__compact_v1(json)",
     "outbox__string_map_v1(text, json)",
     "outbox__check_json_v1(text, text, int)",
