@@ -17,7 +17,7 @@ cannot reasonably repeat a rule (the email address and header parsers, the
 MIME size) the functions accept a documented subset and refuse the rest.
 
 `same message` (the idempotency comparison) is `same_message_as_m` of
-shared/outbox_relay/sql/producer.sql, copied verbatim; a unit test keeps them equal.
+shared/outbox_relay/sql/producer.sql, copied verbatim; a test keeps them equal.
 
 Revision ID: 0009
 Revises: 0007 (until 0008 exists; then 0008)
