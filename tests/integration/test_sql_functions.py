@@ -128,6 +128,8 @@ def trace_args(context) -> dict:
          max_attempts=None, context=None)
 @example(stream="s", type_="t", payload={}, key=None, headers={"tracestate": "mine", "h": "v"}, deliver_at=None,
          max_attempts=None, context={"traceparent": TRACEPARENT, "tracestate": "theirs"})
+@example(stream="s", type_="t", payload={}, key=None, headers={"a..b": 0, "tracestate": 0}, deliver_at=None,
+         max_attempts=None, context={"traceparent": TRACEPARENT})  # the context's place comes first
 def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, headers, deliver_at, max_attempts,
                                          context):
     mid = uuid.uuid4()

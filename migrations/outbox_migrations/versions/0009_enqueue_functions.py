@@ -189,18 +189,22 @@ BEGIN
 END $f$;
 
 -- `headers` with the context added first, as outbox_relay.tracing.with_context adds
--- the producer's: a traceparent already in the headers wins, with its own tracestate or none.
+-- the producer's: a traceparent already in the headers wins, with its own tracestate
+-- or none; headers that are not an object are left for validation to refuse.
+-- JSON values, not text: a header that is not a string is still refused where Python refuses it.
 CREATE FUNCTION outbox__with_context_v1(headers json, context json) RETURNS json
 LANGUAGE sql IMMUTABLE AS $f$
     SELECT CASE
-        WHEN context IS NULL OR EXISTS (SELECT FROM json_object_keys(headers) AS k WHERE k = 'traceparent')
-            THEN headers
+        WHEN context IS NULL THEN headers
+        WHEN headers IS NULL OR json_typeof(headers) = 'null' THEN context
+        WHEN json_typeof(headers) <> 'object'
+             OR EXISTS (SELECT FROM json_object_keys(headers) AS k WHERE k = 'traceparent') THEN headers
         -- {**context, **headers}: a name in both keeps the context's place and the header's value
         ELSE (SELECT json_object_agg(e.k, e.v ORDER BY e.n)
-                FROM (SELECT c.k, coalesce(headers ->> c.k, c.v) AS v, c.n
-                        FROM json_each_text(context) WITH ORDINALITY AS c(k, v, n)
+                FROM (SELECT c.k, coalesce(headers -> c.k, c.v) AS v, c.n
+                        FROM json_each(context) WITH ORDINALITY AS c(k, v, n)
                       UNION ALL
-                      SELECT h.k, h.v, 100 + h.n FROM json_each_text(headers) WITH ORDINALITY AS h(k, v, n)
+                      SELECT h.k, h.v, 100 + h.n FROM json_each(headers) WITH ORDINALITY AS h(k, v, n)
                        WHERE (context -> h.k) IS NULL) e)
     END
 $f$;
@@ -259,18 +263,20 @@ CREATE FUNCTION outbox_enqueue_event_v1(
 LANGUAGE plpgsql AS $f$
 DECLARE
     h json;
+    context json;
     payload_text text := coalesce(payload::text, 'null');  -- SQL NULL is JSON null, as Python's None
     headers_text text;
 BEGIN
-    -- In the order the Python API checks them, so both name the same field first.
+    -- In the order the Python API checks them, so both name the same field first; the
+    -- context joins the headers before they are checked, as the producer's does.
+    context := outbox__trace_context_v1(traceparent, tracestate);
     PERFORM outbox__check_stream_v1(stream);
     PERFORM outbox__check_type_v1(type);
     PERFORM outbox__check_key_v1(key);
-    h := outbox__string_map_v1('headers', headers);
+    h := outbox__string_map_v1('headers', outbox__with_context_v1(headers, context));
     PERFORM outbox__check_attempts_v1(max_attempts);
     PERFORM outbox__check_deliver_at_v1(deliver_at);
     PERFORM outbox__check_json_v1('payload', payload_text, 262144);
-    h := outbox__with_context_v1(h, outbox__trace_context_v1(traceparent, tracestate));
     headers_text := outbox__compact_v1(h);
     IF headers_text IS NOT NULL THEN PERFORM outbox__check_json_v1('headers', headers_text, 65536); END IF;
     RETURN outbox__insert_v1(coalesce(message_id, gen_random_uuid()), 'redis', stream, type, key, payload_text,
