@@ -11,10 +11,10 @@ property over inputs inside the subset asks for exact agreement.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
+from importlib import import_module
 from pathlib import Path
 from unittest import mock
 
@@ -397,13 +397,27 @@ def test_a_refusal_names_the_field_and_writes_nothing(app_engine, function, args
         assert count(c) == 0
 
 
-def test_the_downgrade_drops_every_function_the_upgrade_created():
-    from importlib import import_module
+def test_the_downgrade_drops_every_function_the_upgrade_created(empty_database_url):
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    from test_migrations import downgrade
 
-    m = import_module("outbox_migrations.versions.0009_enqueue_functions")
-    created = re.findall(r"CREATE FUNCTION (\w+)\(", m.sql_text())
-    assert sorted(created) == sorted(s.split("(")[0] for s in m.FUNCTIONS)
-    assert all(json.dumps(s) for s in m.statements())
+    from outbox_migrations import upgrade
+
+    created = len(re.findall(r"^CREATE FUNCTION ", import_module("outbox_migrations.versions.0009_enqueue_functions")
+                             .sql_text(), re.M))
+    engine = create_engine(empty_database_url, poolclass=NullPool)
+    ours = text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'outbox\\_%\\_v1'")
+    try:
+        upgrade(engine)
+        with engine.connect() as c:
+            assert c.execute(ours).scalar_one() == created
+        downgrade(engine, "0007")  # DROP FUNCTION IF EXISTS with a wrong signature would leave one behind
+        with engine.connect() as c:
+            assert c.execute(ours).scalar_one() == 0
+        upgrade(engine)  # and up again
+    finally:
+        engine.dispose()
 
 
 # -- two transactions at once ------------------------------------------------------------------------------
