@@ -412,7 +412,7 @@ def test_the_downgrade_drops_every_function_the_upgrade_created(empty_database_u
         upgrade(engine)
         with engine.connect() as c:
             assert c.execute(ours).scalar_one() == created
-        downgrade(engine, "0007")  # DROP FUNCTION IF EXISTS with a wrong signature would leave one behind
+        downgrade(engine, "0008")  # DROP FUNCTION IF EXISTS with a wrong signature would leave one behind
         with engine.connect() as c:
             assert c.execute(ours).scalar_one() == 0
         upgrade(engine)  # and up again

@@ -20,13 +20,13 @@ MIME size) the functions accept a documented subset and refuse the rest.
 shared/outbox_relay/sql/producer.sql, copied verbatim; a test keeps them equal.
 
 Revision ID: 0009
-Revises: 0007 (until 0008 exists; then 0008)
+Revises: 0008
 Create Date: 2026-12-02
 """
 from alembic import op
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
