@@ -166,3 +166,31 @@ def relay_env(monkeypatch: pytest.MonkeyPatch, database_url: str, servers: Serve
     runtime.reset()
     yield
     runtime.reset()
+
+
+#: The slowest tests of the default run whose behaviour a quicker test there also covers: they run
+#: under `-m slow` (.ci/run runs it), so the README's test command stays within its three minutes.
+SLOW_VARIANTS = frozenset({
+    "tests/integration/test_flow_faults.py::test_a_latency_poller_rides_through_a_lost_database",
+    "tests/integration/test_flow_faults.py::test_batch_and_drain_still_fail_fast_without_the_database",
+    "tests/integration/test_flow_faults.py::test_drain_goes_on_past_batches_cut_by_the_byte_budget",
+    "tests/integration/test_ordering_model.py::test_per_key_order_holds_under_any_interleaving[skip]",
+    "tests/integration/test_handover.py::test_a_dead_pollers_leases_are_taken_over_at_once_and_delivered",
+    "tests/integration/test_handover.py::test_a_poller_near_its_deadline_starts_its_successor_through_lambda",
+    "tests/integration/test_handover.py::test_a_poller_that_cannot_start_its_successor_says_so_and_goes_on",
+    "tests/integration/test_ses_errors.py::test_message_level_error_classes",
+    "tests/e2e/test_handler_modes.py::test_latency_mode_delivers_what_is_committed_while_it_runs",
+    "tests/bench/test_lambda_model.py::test_invokes_beyond_the_reserved_concurrency_are_throttled_retried_and_dropped",
+    "tests/integration/test_claim_plan.py::test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased",
+    "tests/integration/test_ses_rate.py::test_claim_is_bounded_by_what_the_rate_allows_before_the_deadline",
+    "tests/integration/test_ordering.py::test_eight_relays_at_once_keep_each_keys_order[drain]",
+    "tests/integration/test_redis_replication.py::"
+    "test_a_batch_the_replica_did_not_acknowledge_is_released_and_published_once_later",
+    "tests/integration/test_concurrency.py::test_eight_threads_deliver_each_message_once[drain]",
+})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid in SLOW_VARIANTS:
+            item.add_marker(pytest.mark.slow)

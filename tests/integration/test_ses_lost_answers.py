@@ -51,7 +51,8 @@ def moto_ses(server: LocalSesServer, monkeypatch) -> LocalSesServer:
     return server
 
 
-@pytest.fixture(params=["drop", "late"])
+# `late` waits out a read timeout: under `slow`, so the default run stays quick.
+@pytest.fixture(params=["drop", pytest.param("late", marks=pytest.mark.slow)])
 def losing(request, moto_ses) -> Iterator[LosingForwarder]:
     """A proxy to moto that loses the first answer: `drop` (the connection ends once
     SES has the request) or `late` (the answer comes after the read timeout)."""

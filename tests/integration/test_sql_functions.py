@@ -116,6 +116,7 @@ def trace_args(context) -> dict:
 
 # -- events ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
 @settings(max_examples=100, **SETTINGS)
 @given(stream=names, type_=names, payload=json_values, key=st.none() | names, headers=header_maps,
        deliver_at=deliver_ats(), max_attempts=attempts, context=contexts)
@@ -146,6 +147,7 @@ def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, head
 ENQUEUE_AWS = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge}
 
 
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
 @settings(max_examples=120, **SETTINGS)
 @given(channel=st.sampled_from(sorted(ENQUEUE_AWS)), type_=names, payload=json_values | st.dictionaries(
            st.sampled_from(["a", "outbox-message-id", "\uffff"]), json_values, max_size=2),
@@ -287,6 +289,7 @@ def email_outcomes(conn, args, context=None):
     return py, sq
 
 
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
 @settings(max_examples=150, **SETTINGS)
 @given(data=st.data())
 def test_emails_same_row_or_same_refusal(conn, data):
@@ -294,6 +297,7 @@ def test_emails_same_row_or_same_refusal(conn, data):
     same(py, sq, subset_allowed=True)
 
 
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
 @settings(max_examples=80, **SETTINGS)
 @given(data=st.data())
 def test_emails_inside_the_subset_agree_exactly(conn, data):
@@ -312,6 +316,7 @@ def test_fifty_recipients_are_taken_and_fifty_one_refused(conn):
         assert py[0] == expected
 
 
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
 @settings(max_examples=60, **SETTINGS)
 @given(subject=st.text(st.sampled_from("aé日 "), min_size=1, max_size=400).filter(str.strip),
        names=st.lists(st.text(st.sampled_from("aé日 "), min_size=1, max_size=60).filter(str.strip), max_size=4),

@@ -320,7 +320,6 @@ class _AwsHarness:
 class SqsHarness(_AwsHarness):
     name = "sqs"
     channel = Channel.SQS
-    slow = False
     answers = {Fault.TRANSIENT: ("InternalError", False), Fault.PERMANENT: ("InvalidParameterValue", True),
                Fault.THROTTLED: ("RequestThrottled", False)}
 
