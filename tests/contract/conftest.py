@@ -13,7 +13,6 @@ from outbox_relay.store import LeaseStore
 from support.aws_harness import aws_endpoint, moto_server  # noqa: F401 (fixtures)
 from support.channel_harnesses import HARNESSES
 from support.network import tcp_redis  # noqa: F401 (fixture)
-from support.ses import aws_env, ses  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from support.aws_harness import (
     unique,
 )
 from support.fakes import FakePublisher
-from support.ses import CONFIGURATION_SET, DEFAULT_FROM, sent_messages
+from support.ses import CONFIGURATION_SET, DEFAULT_FROM, SENDER_IDENTITY, sent_messages
 
 #: Deferrals far apart, so the outcome class shows in when a message is due again:
 #: throttled 300 s (attempt refunded), transient backoff 900-2000 s.
@@ -173,8 +173,9 @@ _SES_FAULTS = {Fault.TRANSIENT: ("ServiceUnavailable", "Service unavailable", 50
 
 
 class SesHarness:
-    """Amazon SES on moto (in process, `support.ses`); moto never fails a send, so faults are
-    SES's own error codes for the target's recipient, answered by a botocore hook."""
+    """Amazon SES on moto's server (`support.aws_harness`), as the other AWS channels; moto never
+    fails a send, so faults are SES's own error codes for the target's recipient, answered by a
+    botocore hook."""
 
     name = "ses"
     channel = Channel.SES
@@ -189,10 +190,17 @@ class SesHarness:
         self.down = False
         self.accepted: list[str] = []
         self._lock = threading.Lock()
+        # The server lives for the session: what it recorded before this test is not this test's.
+        self._sent_before = len(sent_messages())
 
     @classmethod
     def make(cls, request: Any) -> SesHarness:
-        request.getfixturevalue("ses")  # moto's SES, the sender verified and the configuration set made
+        # moto's server, as for the other AWS channels: the sender verified, the configuration set made
+        endpoint = request.getfixturevalue("aws_endpoint")
+        ses = aws_client("sesv2", endpoint)
+        ses.create_email_identity(EmailIdentity=SENDER_IDENTITY)
+        if CONFIGURATION_SET not in ses.list_configuration_sets().get("ConfigurationSets", []):
+            ses.create_configuration_set(ConfigurationSetName=CONFIGURATION_SET)
         return cls(request.getfixturevalue("app_engine"), request.getfixturevalue("database_url"))
 
     @staticmethod
@@ -244,7 +252,7 @@ class SesHarness:
 
     def received(self) -> list[str]:
         # What SES accepted, in acceptance order, with the tag it carried; moto recorded as many.
-        assert len(sent_messages()) == len(self.accepted)
+        assert len(sent_messages()) - self._sent_before == len(self.accepted)
         return list(self.accepted)
 
 
