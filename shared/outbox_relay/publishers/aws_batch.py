@@ -183,8 +183,8 @@ class AwsBatchPublisher(BasePublisher):
 
     # -- delivery --------------------------------------------------------------------------------
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Deliver `messages` in rounds of batch calls, recording each call's results
-        as it completes.
+        """Deliver `messages` in rounds of batch calls, recording the results of a
+        round's calls together (`_run_round`).
 
         Raises `StopBatch` (our destination, key or credentials refused) or
         `DownstreamUnavailable` (the service could not be reached) after recording
