@@ -1,12 +1,12 @@
-"""How the AWS batch channels classify an error code (`aws_batch.classify_code`), with each
+"""How the AWS batch channels classify an error code (`aws_errors.classify_code`), with each
 channel's own codes: throttled, our configuration (StopBatch, or permanent when the message
 chose the destination), the message's fault, and transient."""
 
 import pytest
 
 from outbox_relay.models import ErrorClass
-from outbox_relay.publishers.aws_batch import Verdict, classify_code
 from outbox_relay.publishers.aws_client import CREDENTIAL_CODES
+from outbox_relay.publishers.aws_errors import Verdict, classify_code
 from outbox_relay.publishers.eventbridge.publisher import CODES as EVENTBRIDGE
 from outbox_relay.publishers.sns.publisher import CODES as SNS
 from outbox_relay.publishers.sqs.publisher import CODES as SQS

@@ -16,7 +16,7 @@ from outbox_relay.aws_messages import (
     message_size,
 )
 from outbox_relay.models import Channel, ClaimedMessage, Status
-from outbox_relay.publishers.aws_batch import attributed_entry, group_id
+from outbox_relay.publishers.aws_entries import attributed_entry, group_id
 from outbox_relay.publishers.eventbridge.publisher import EventBridgePublisher
 
 MID = "0b7c4a52-3c1e-4d8e-9a51-2f0e6d9b1c11"

@@ -9,104 +9,28 @@ was delivered; after a failure the key's later messages are reported not
 attempted. Calls of one round carry distinct keys, so they may run at once.
 
 A channel's publisher derives from `AwsBatchPublisher` and supplies the request
-of one entry (`entry`), the call (`call`), the gate's probe (`probe`) and its
-error codes (`ErrorCodes`).
+of one entry (`entry`; `aws_entries` builds SQS's and SNS's), the call (`call`),
+the gate's probe (`probe`) and its error codes (`aws_errors.ErrorCodes`).
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import re
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from ..errors import DownstreamUnavailable, StopBatch
 from ..models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..observability import logger as log
-from .aws_client import CREDENTIAL_CODES
+from .aws_entries import Entry
+from .aws_errors import ErrorCodes, Verdict, classify_code
 from .base import BasePublisher, Deadline, RecordResults
-
-# A MessageGroupId is 1-128 of these ("SendMessageBatchRequestEntry").
-_GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
 
 #: Completed calls' results wait at most this long before their outcome statement, seconds.
 RECORD_INTERVAL_SECONDS = 1.0
 #: Within one invocation the gate's probe runs again after this many seconds, not before every claim.
 GATE_INTERVAL_SECONDS = 10.0
-
-#: Refusals of who we are (keys, tokens, signatures), not of where we may send: ours even
-#: when the message chose its destination, or expired credentials would dead-letter it.
-IDENTITY_CODES = CREDENTIAL_CODES - {"AccessDeniedException", "AccessDenied", "AuthorizationError"}
-
-
-class Verdict(enum.Enum):
-    """What one entry's (or one call's) error means."""
-
-    MESSAGE = "message"  # this message's outcome: recorded with its class
-    STOP = "stop"  # our queue, topic, bus, credentials or key refused: StopBatch, the rest refunded
-
-
-@dataclass(frozen=True)
-class ErrorCodes:
-    """A service's error codes, by what they mean for the relay. Anything not named
-    here is the message's fault when the service says the sender was at fault
-    (``SenderFault``) and transient otherwise."""
-
-    throttled: frozenset[str]
-    #: Our destination, key or credentials refused: every message would fail the same way.
-    configuration: frozenset[str]
-    #: The message's fault, whatever ``SenderFault`` says (EventBridge gives none).
-    permanent: frozenset[str] = frozenset()
-    #: Service-side failures worth a retry, whatever ``SenderFault`` says.
-    transient: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Classification:
-    error_class: ErrorClass
-    verdict: Verdict = Verdict.MESSAGE
-
-
-def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, own_destination: bool = True,
-                  status: int | None = None) -> Classification:
-    """Classify one error code (an entry's or a whole call's).
-
-    Throttling → throttled (attempt refunded). A refusal of our destination or
-    credentials → StopBatch when the destination is the relay's own (every message
-    would fail alike), permanent when the message chose it, except a refusal of the
-    credentials themselves (`IDENTITY_CODES`), always StopBatch. Named service-side
-    failures and 5xx → transient. Otherwise the sender's fault → permanent, and
-    anything unknown → transient (retried with backoff, then dead-lettered).
-    """
-    if code in codes.throttled:
-        return Classification(ErrorClass.THROTTLED)
-    if code in codes.configuration or code in CREDENTIAL_CODES:
-        if own_destination or code in IDENTITY_CODES:
-            return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
-        return Classification(ErrorClass.PERMANENT)
-    if code in codes.transient or (status is not None and status >= 500):
-        return Classification(ErrorClass.TRANSIENT)
-    if code in codes.permanent or sender_fault:
-        return Classification(ErrorClass.PERMANENT)
-    return Classification(ErrorClass.TRANSIENT)
-
-
-@dataclass(slots=True)
-class Entry:
-    """One claimed message, as one request entry."""
-
-    message: ClaimedMessage
-    request: dict[str, Any]
-    size: int
-    #: The destination this entry's call goes to (a bus); entries of one call share it.
-    destination: str = ""
-    own_destination: bool = True
-    #: Error codes that refuse what this message chose itself (an EventBridge source): its fault.
-    chosen: frozenset[str] = frozenset()
-
 
 @dataclass(slots=True)
 class CallResult:
@@ -428,61 +352,3 @@ class AwsBatchPublisher(BasePublisher):
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
-
-
-def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field: str,
-                     fifo: bool) -> Entry | DeliveryResult:
-    """The SQS or SNS request entry of `m`: the payload JSON as the body (`body_field`),
-    the message id, type, ordering key and headers as String attributes; on a FIFO queue
-    or topic the ordering key as ``MessageGroupId`` (the message id for a message without
-    one: a group of its own) and the message id as ``MessageDeduplicationId``. A message
-    over 256 KiB with its attributes is a permanent failure."""
-    from ..aws_messages import (
-        ID_ATTRIBUTE,
-        KEY_ATTRIBUTE,
-        MAX_AWS_MESSAGE_BYTES,
-        TYPE_ATTRIBUTE,
-        attribute_bytes,
-        headers_of,
-    )
-
-    values = {ID_ATTRIBUTE: m.message_id, TYPE_ATTRIBUTE: m.type}
-    if m.key is not None:
-        values[KEY_ATTRIBUTE] = m.key
-    values.update(headers_of({"headers": m.headers_json}) or {})
-    size = len(m.payload_json.encode("utf-8")) + sum(attribute_bytes(k, v) for k, v in values.items())
-    if size > MAX_AWS_MESSAGE_BYTES:
-        return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
-                              error=f"{service}: message is {size} bytes with its attributes; the limit is "
-                                    f"{MAX_AWS_MESSAGE_BYTES}")
-    request: dict[str, Any] = {
-        "Id": entry_id, body_field: m.payload_json,
-        "MessageAttributes": {k: {"DataType": "String", "StringValue": v} for k, v in values.items()}}
-    if fifo:
-        request["MessageGroupId"] = group_id(m.key) if m.key is not None else m.message_id
-        request["MessageDeduplicationId"] = m.message_id
-    return Entry(m, request, size)
-
-
-def group_id(key: str) -> str:
-    """The FIFO ``MessageGroupId`` of an ordering key: the key itself when SQS and SNS
-    take it (1-128 printable ASCII characters), else a digest of it (the key still
-    travels as the `outbox-key` attribute)."""
-    if _GROUP_ID.fullmatch(key):
-        return key
-    return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def batch_answers(reply: Mapping[str, Any], service: str) -> dict[str, tuple[str | None, str | None, bool | None]]:
-    """Per entry id, from a ``SendMessageBatch`` or ``PublishBatch`` reply: (delivery ref,
-    error code, sender fault). The ref is the service's message id, and its sequence
-    number on a FIFO queue or topic."""
-    out: dict[str, tuple[str | None, str | None, bool | None]] = {}
-    for ok in reply.get("Successful") or ():
-        ref = f"{service}:{ok['MessageId']}"
-        if ok.get("SequenceNumber"):
-            ref += f":{ok['SequenceNumber']}"
-        out[ok["Id"]] = (ref, None, None)
-    for bad in reply.get("Failed") or ():
-        out[bad["Id"]] = (None, bad.get("Code") or "Unknown", bool(bad.get("SenderFault")))
-    return out

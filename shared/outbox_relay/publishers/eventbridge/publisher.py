@@ -18,8 +18,10 @@ from typing import Any, Sequence
 from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_text
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...tracing import TRACEPARENT, traceparent_to_xray
-from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes
+from ..aws_batch import AwsBatchPublisher
 from ..aws_client import call_timeouts, create_client
+from ..aws_entries import Entry
+from ..aws_errors import ErrorCodes
 
 #: The bytes the entry's Time field counts in its size, set or not
 #: ("Calculating Amazon EventBridge PutEvents event entry size").

@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ...models import Channel, ClaimedMessage, DeliveryResult
-from ..aws_batch import AwsBatchPublisher, Entry, ErrorCodes, attributed_entry, batch_answers
+from ..aws_batch import AwsBatchPublisher
 from ..aws_client import call_timeouts, create_client
+from ..aws_entries import Entry, attributed_entry, batch_answers
+from ..aws_errors import ErrorCodes
 
 CODES = ErrorCodes(
     throttled=frozenset({"Throttled", "ThrottlingException", "Throttling", "KMSThrottling",

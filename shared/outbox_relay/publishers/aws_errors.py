@@ -1,0 +1,67 @@
+"""Whose fault an AWS batch call's or entry's error is (SQS, SNS, EventBridge): each
+service's error codes by what they mean for the relay, and the one rule that reads
+them (docs/channels.md, "SQS, SNS and EventBridge")."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..models import ErrorClass
+from .aws_client import CREDENTIAL_CODES
+
+#: Refusals of who we are (keys, tokens, signatures), not of where we may send: ours even
+#: when the message chose its destination, or expired credentials would dead-letter it.
+IDENTITY_CODES = CREDENTIAL_CODES - {"AccessDeniedException", "AccessDenied", "AuthorizationError"}
+
+
+class Verdict(enum.Enum):
+    """What one entry's (or one call's) error means."""
+
+    MESSAGE = "message"  # this message's outcome: recorded with its class
+    STOP = "stop"  # our queue, topic, bus, credentials or key refused: StopBatch, the rest refunded
+
+
+@dataclass(frozen=True)
+class ErrorCodes:
+    """A service's error codes, by what they mean for the relay. Anything not named
+    here is the message's fault when the service says the sender was at fault
+    (``SenderFault``) and transient otherwise."""
+
+    throttled: frozenset[str]
+    #: Our destination, key or credentials refused: every message would fail the same way.
+    configuration: frozenset[str]
+    #: The message's fault, whatever ``SenderFault`` says (EventBridge gives none).
+    permanent: frozenset[str] = frozenset()
+    #: Service-side failures worth a retry, whatever ``SenderFault`` says.
+    transient: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    error_class: ErrorClass
+    verdict: Verdict = Verdict.MESSAGE
+
+
+def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, own_destination: bool = True,
+                  status: int | None = None) -> Classification:
+    """Classify one error code (an entry's or a whole call's).
+
+    Throttling → throttled (attempt refunded). A refusal of our destination or
+    credentials → StopBatch when the destination is the relay's own (every message
+    would fail alike), permanent when the message chose it, except a refusal of the
+    credentials themselves (`IDENTITY_CODES`), always StopBatch. Named service-side
+    failures and 5xx → transient. Otherwise the sender's fault → permanent, and
+    anything unknown → transient (retried with backoff, then dead-lettered).
+    """
+    if code in codes.throttled:
+        return Classification(ErrorClass.THROTTLED)
+    if code in codes.configuration or code in CREDENTIAL_CODES:
+        if own_destination or code in IDENTITY_CODES:
+            return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
+        return Classification(ErrorClass.PERMANENT)
+    if code in codes.transient or (status is not None and status >= 500):
+        return Classification(ErrorClass.TRANSIENT)
+    if code in codes.permanent or sender_fault:
+        return Classification(ErrorClass.PERMANENT)
+    return Classification(ErrorClass.TRANSIENT)
