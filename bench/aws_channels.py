@@ -265,29 +265,12 @@ def _client(channel: str, url: str) -> Any:
     """A client of the channel's service on the server, configured as the relay's
     (`aws_client.create_client`: SDK retries off, a pool for the concurrency)."""
     from outbox_relay.publishers.aws_client import create_client
+    from outbox_tools.lambda_local import environment
 
     service = {"sqs": "sqs", "sns": "sns", "eventbridge": "events"}[channel]
-    with _env({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": None,
-               "AWS_PROFILE": None, "AWS_ENDPOINT_URL": None, CHANNELS[channel]["endpoint"]: url}):
+    with environment(**{"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": None,
+                        "AWS_PROFILE": None, "AWS_ENDPOINT_URL": None, CHANNELS[channel]["endpoint"]: url}):
         return create_client(service, CHANNELS[channel]["service"], max_concurrency=CONCURRENCY, region_name=REGION)
-
-
-@contextlib.contextmanager
-def _env(values: dict[str, str | None]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _destination(channel: str, client: Any, variant: str) -> dict[str, str]:
