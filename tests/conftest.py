@@ -65,8 +65,8 @@ def reused_db(servers: Servers, template_db: str) -> Iterator[str]:
     drop_database(servers.database_url, name)
 
 
-_EMPTY = text("TRUNCATE outbox_message, outbox_message_body, outbox_poller, outbox_email_event, outbox_suppression "
-               "RESTART IDENTITY")
+_EMPTY = text("TRUNCATE outbox_message, outbox_message_body, outbox_message_history, outbox_poller, "
+               "outbox_email_event, outbox_suppression RESTART IDENTITY")
 
 
 @pytest.fixture

@@ -75,6 +75,34 @@ def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | Non
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryLine:
+    """One line of a message's history: an attempt's outcome or an operator's action."""
+
+    at: datetime
+    event: str
+    """delivered, retry, dead, released, ambiguous, lease_expired, settled, redriven or discarded."""
+    attempt: int | None
+    """The attempt it ends (None for an operator's action)."""
+    error_class: str | None
+    error: str | None
+    ref: str | None
+    """Where it landed: the stream entry id, the SES message id, the SQS/SNS/EventBridge id."""
+    actor: str | None
+    """The lease owner that made the attempt, ``feedback`` or ``operator``."""
+    next_at: datetime | None
+    """When the message was due again, for an outcome that left it pending."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def history_of(engine: Engine, seq: int) -> list[HistoryLine]:
+    """The history of the message at `seq`, oldest first."""
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.history_of, {"seq": int(seq)}).fetchall())
+    return [HistoryLine(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
 class DiscardResult:
     """What a discard did: the ids now discarded, and the requested ids that were
     not dead letters (unknown, or in another state: left alone)."""

@@ -6,8 +6,8 @@
 -- (the body's message_id key) or else by the SES message id the relay stored
 -- (outbox_message_ses_ref_idx). Only when the event is new (the unique
 -- (ses_message_id, event_type, event_key) makes a redelivery insert nothing):
--- settle the message as delivered if it waits after an ambiguous send (and
--- free the later rows of its key held back behind it), and add :suppress
+-- settle the message as delivered if it waits after an ambiguous send (a line
+-- of its history says so; and free the later rows of its key held back behind it), and add :suppress
 -- (address hashes) to the suppression list. Returns whether the
 -- message was found, and how many events, settled messages and addresses were added.
 WITH target AS (
@@ -34,7 +34,10 @@ WITH target AS (
     UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), delivery_ref = :ses_id
      WHERE o.seq = (SELECT seq FROM target) AND EXISTS (SELECT 1 FROM inserted)
        AND o.status = 'pending' AND o.last_error_class = 'ambiguous'
-    RETURNING o.seq, o.destination, o.key, o.available_at
+    RETURNING o.seq, o.destination, o.key, o.available_at, o.attempts
+), settled_history AS (
+    INSERT INTO outbox_message_history (seq, event, attempt, ref, actor)
+    SELECT s.seq, 'settled', s.attempts, :ses_id, 'feedback' FROM settled s
 ), key_freed AS (
     -- Later rows of its key that claims moved to the end of its window (turn_of) are due
     -- now (outbox_message_key_active_idx); a row scheduled later keeps its time.

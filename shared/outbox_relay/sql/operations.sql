@@ -90,6 +90,13 @@ SELECT o.seq, o.message_id, o.channel, o.destination, o.type, o.key, b.payload, 
   FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
  WHERE b.message_id = CAST(:message_id AS uuid)
 
+-- name: history_of
+-- One message's history (outbox_message_history), oldest first: its primary key.
+SELECT at, event, attempt, error_class, error, ref, actor, next_at
+  FROM outbox_message_history
+ WHERE seq = :seq
+ ORDER BY seq, id
+
 -- name: db_now
 -- The database's clock, read once when a redrive starts: what dies after it is
 -- left for the next redrive, so one redrive always ends.
@@ -137,7 +144,8 @@ UPDATE outbox_message o SET available_at = now()
 -- name: redrive_batch
 -- Move one batch of dead letters (dead before :cutoff) back to pending, due now,
 -- attempts 0; fenced on status = 'dead' where picked and where changed; SKIP LOCKED.
--- The last error is kept for `outbox dead show`; what their keys held back comes back.
+-- The last error is kept for `outbox dead show`; what their keys held back comes back;
+-- each message's history gets a line.
 -- outbox_message_dead_idx (by message id: the message_id key); keys: outbox_message_key_active_idx.
 WITH picked AS (
     SELECT seq FROM outbox_message
@@ -161,6 +169,9 @@ WITH picked AS (
     RETURNING o.seq, o.message_id, o.channel, o.destination, o.key, o.last_error_class
 ), held AS (
     {{bring_back_held_keys}}
+), history AS (
+    INSERT INTO outbox_message_history (seq, event, actor, next_at)
+    SELECT seq, 'redriven', 'operator', now() FROM moved
 )
 SELECT message_id, channel, last_error_class FROM moved
 
@@ -175,6 +186,9 @@ WITH moved AS (
     RETURNING o.seq, o.message_id, o.channel, o.destination, o.key
 ), held AS (
     {{bring_back_held_keys}}
+), history AS (
+    INSERT INTO outbox_message_history (seq, event, actor)
+    SELECT seq, 'discarded', 'operator' FROM moved
 )
 SELECT message_id FROM moved
 

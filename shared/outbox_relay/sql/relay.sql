@@ -64,7 +64,7 @@ END
 -- When nothing was claimed: one row, NULL but for those six.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
-           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again
+           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at
@@ -189,6 +189,18 @@ UPDATE outbox_message o SET
 RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
           coalesce(o.max_attempts, :default_max_attempts) AS max_attempts,
           to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
+), expiry_history AS (
+    -- The expired attempts this claim dealt with, as lines of their messages' history
+    -- (outbox_message_history); an expired lease left for a later claim is written then.
+    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, actor, next_at)
+    SELECT e.seq, CASE WHEN e.exhausted THEN 'dead' ELSE 'lease_expired' END, e.attempts, 'lease_expired',
+           CASE WHEN e.exhausted THEN 'lease expired with no attempts left; the holder died or overran its lease'
+                WHEN e.again THEN 'lease expired again: its holder died or overran its lease; re-claimed alone'
+                ELSE 'lease expired: its holder died or overran its lease; back in the queue' END,
+           e.lease_owner, CASE WHEN NOT e.exhausted THEN now() END
+      FROM expired e
+     WHERE e.seq = ANY (ARRAY(SELECT seq FROM requeued UNION ALL SELECT seq FROM suspect
+                              UNION ALL SELECT seq FROM claimed WHERE status = 'dead'))
 )
 -- First column: the generated values joined by spaces (none can hold one),
 -- split by models.ClaimedMessage.from_row; the body by primary key.
@@ -220,7 +232,8 @@ SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channe
 -- arrays (one element per message) joined to their rows by primary key; rows
 -- no longer ours are reported as lost. Also reads :channel's oldest pending age,
 -- and returns each delivered message's delivery lag in milliseconds (from
--- created_at, or the later scheduled_at) as one comma-separated text.
+-- created_at, or the later scheduled_at) as one comma-separated text. Each
+-- outcome is also a line of its message's history.
 WITH v AS MATERIALIZED (
     -- The fence rides with each outcome as a join condition, so the rows to write are
     -- estimated from the seqs alone: on the rows, a new token was estimated at one row,
@@ -255,9 +268,21 @@ WITH v AS MATERIALIZED (
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
        AND o.status = v.status AND o.lease_owner = v.owner
-    RETURNING o.seq, o.status, v.kind,
+    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, v.ref,
               CASE WHEN v.kind = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
+), history AS (
+    -- The attempt's line in the message's history (outbox_message_history), in
+    -- the same statement: a released attempt was refunded just now, so its number is one more.
+    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT d.seq,
+           CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
+                       WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END
+                       ELSE d.kind END,
+           CASE WHEN d.kind = 'release' THEN d.attempts + 1 ELSE d.attempts END,
+           d.error_class, d.error, d.ref, :owner,
+           CASE WHEN d.status = 'pending' THEN d.available_at END
+      FROM done d
 )
 SELECT count(*) FILTER (WHERE status = 'delivered'),
        count(*) FILTER (WHERE status = 'pending' AND kind <> 'release'),

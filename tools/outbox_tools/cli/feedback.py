@@ -1,5 +1,5 @@
 """`outbox show ID` (a message's story: state, attempts, last error, where it
-landed, every SES event recorded for it) and `outbox suppression list|add|remove`.
+landed, its history of attempts and operators' actions, every SES event recorded for it) and `outbox suppression list|add|remove`.
 
 Addresses are hashed with the key the relay and the feedback function use
 (OUTBOX_SES_ADDRESS_KEY, or the secret of OUTBOX_SES_ADDRESS_KEY_SECRET_ARN);
@@ -15,7 +15,7 @@ import click
 from outbox_relay.email.addresses import address_of, parse_address
 from outbox_relay.feedback.hashing import AddressHasher, address_hasher
 from outbox_relay.feedback.store import FeedbackStore, SuppressionList
-from outbox_relay.operations.dead import get_message
+from outbox_relay.operations.dead import get_message, history_of
 
 from . import common
 
@@ -41,8 +41,10 @@ def _address(value: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(message_id: str, as_json: bool) -> None:
     """A message's whole story by its message id: status, attempts, the last error
-    and its class, the delivery reference (an email's SES message id), and every
-    SES event recorded for it (type, time, subtype), oldest first. No payload."""
+    and its class, the delivery reference (an email's SES message id), its
+    history (each attempt's outcome and error, each operator's redrive or
+    discard), and every SES event recorded for it (type, time, subtype), oldest
+    first. No payload."""
     import uuid
 
     try:
@@ -52,6 +54,7 @@ def show(message_id: str, as_json: bool) -> None:
     engine = common.engine()
     try:
         row = get_message(engine, mid)
+        history = history_of(engine, row.seq) if row is not None else []
         events = FeedbackStore(engine).events_of(str(mid)) if row is not None else []
     finally:
         engine.dispose()
@@ -63,6 +66,7 @@ def show(message_id: str, as_json: bool) -> None:
         "max_attempts": row.max_attempts, "last_error_class": row.last_error_class, "last_error": row.last_error,
         "created_at": row.created_at, "available_at": row.available_at, "delivered_at": row.delivered_at,
         "dead_at": row.dead_at, "delivery_ref": row.delivery_ref,
+        "history": [line.as_dict() for line in history],
         "events": [{k: e[k] for k in ("event_type", "event_at", "subtype", "ses_message_id", "recipients",
                                       "received_at")} for e in events],
     }
@@ -71,15 +75,38 @@ def show(message_id: str, as_json: bool) -> None:
         return
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key != "events":
+        if key not in ("history", "events"):
             click.echo(f"{key.ljust(width)}  {value if value is not None else '-'}")
+    _echo_history(history, width)
     if not events:
         click.echo("events" + " " * (width - 4) + "none recorded")
         return
     click.echo("events:")
     for e in events:
-        click.echo(f"  {e['event_at'].strftime('%Y-%m-%d %H:%M:%S.%fZ')[:-4]}Z  {e['event_type']:<17} "
+        click.echo(f"  {_when(e['event_at'])}  {e['event_type']:<17} "
                    f"{e['subtype'] or '':<32} {e['recipients']} recipient(s)  ses {e['ses_message_id']}")
+
+
+def _when(at) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _echo_history(history, width: int) -> None:
+    if not history:
+        click.echo("history" + " " * (width - 5) + "none recorded")
+        return
+    click.echo("history:")
+    for line in history:
+        attempt = f"#{line.attempt}" if line.attempt is not None else "-"
+        parts = [f"  {_when(line.at)}  {attempt:<4} {line.event:<13}"]
+        if line.error_class:
+            parts.append(f"[{line.error_class}] {line.error or ''}".rstrip())
+        if line.ref:
+            parts.append(f"ref {line.ref}")
+        if line.next_at:
+            parts.append(f"due again {_when(line.next_at)}")
+        parts.append(f"by {line.actor or '-'}")
+        click.echo("  ".join(parts))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
