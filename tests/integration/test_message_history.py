@@ -1,6 +1,7 @@
-"""A message's history (outbox_message_history): every attempt's outcome and every
-operator's action, written by the statement that changed the message, fenced
-with it, read back in order by `outbox show`, and purged with the message."""
+"""A message's history (outbox_message_history): every attempt that did not
+deliver and every later change, written by the statement that changed the
+message, fenced with it, read back in order by `outbox show` with the delivery
+from the row, and purged with the message."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from outbox_tools.cli import main
 
 def story(app_engine, seq: int) -> list[tuple]:
     return [(h.event, h.attempt, h.error_class, h.error, h.ref, h.actor, h.next_at is not None)
-            for h in history_of(app_engine, seq)]
+            for h in history_of(app_engine, get_message(app_engine, _id(app_engine, seq)))]
+
+
+def stored_lines(app_engine) -> list[tuple]:
+    with app_engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text("SELECT seq, event FROM outbox_message_history ORDER BY seq, id"))]
 
 
 def make_due(app_engine) -> None:
@@ -46,11 +52,21 @@ def test_each_outcome_is_a_line_with_its_attempt_error_reference_and_owner(enque
     assert story(app_engine, m.seq) == [
         ("retry", 1, "transient", "timeout talking to redis", None, "poller-a", True),
         ("released", 2, "downstream_unavailable", "circuit open", None, "poller-b", True),
-        ("delivered", 2, None, None, "1700000000000-0", "poller-c", False),
+        ("delivered", 2, None, None, "1700000000000-0", None, False),
     ]
+    # the delivery is the row itself: no line stored for it
+    assert stored_lines(app_engine) == [(m.seq, "retry"), (m.seq, "released")]
     assert rows()[0]["attempts"] == 2
-    times = [h.at for h in history_of(app_engine, m.seq)]
+    times = [h.at for h in history_of(app_engine, get_message(app_engine, _id(app_engine, m.seq)))]
     assert times == sorted(times)
+
+
+def test_a_message_delivered_at_once_costs_no_line(enqueue, store, app_engine):
+    enqueue(3)
+    ms = store.claim("p", 10, 30)
+    store.record("p", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref=f"1-{m.seq}") for m in ms])
+    assert stored_lines(app_engine) == []
+    assert story(app_engine, ms[0].seq) == [("delivered", 1, None, None, f"1-{ms[0].seq}", None, False)]
 
 
 def test_the_last_retry_is_recorded_as_dead_and_a_dead_letter_as_dead(enqueue, store, app_engine):
@@ -72,7 +88,7 @@ def test_an_outcome_whose_lease_was_lost_writes_no_line(enqueue, store, app_engi
     store.record("owner-b", [Outcome(taken.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
     assert [(e, a, c, actor) for e, a, c, _, _, actor, _ in story(app_engine, m.seq)] == [
         ("lease_expired", 1, "lease_expired", "owner-a"),
-        ("delivered", 2, None, "owner-b"),
+        ("delivered", 2, None, None),
     ]
 
 
@@ -114,15 +130,16 @@ def test_redrive_and_discard_are_operator_lines(enqueue, store, app_engine):
 def test_history_is_purged_with_its_message_and_kept_for_the_others(enqueue, store, app_engine):
     enqueue(2)
     a, b = store.claim("p", 10, 30)
-    store.record("p", [Outcome(a.seq, OutcomeKind.DELIVERED, delivery_ref="1-1"),
-                       Outcome(b.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "x", None, 60.0)])
+    store.record("p", [Outcome(a.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "x", None, 0.0),
+                       Outcome(b.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "x", None, 600.0)])
+    (a,) = store.claim("p", 10, 30)
+    store.record("p", [Outcome(a.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
+    assert stored_lines(app_engine) == [(a.seq, "retry"), (b.seq, "retry")]
     with app_engine.begin() as conn:
         conn.execute(text("UPDATE outbox_message SET delivered_at = now() - interval '2 days' WHERE seq = :s"),
                      {"s": a.seq})
     assert purge(app_engine, delivered_older_than_seconds=86_400).delivered == 1
-    with app_engine.connect() as conn:
-        left = conn.execute(text("SELECT seq, event FROM outbox_message_history ORDER BY seq, id")).fetchall()
-    assert [tuple(r) for r in left] == [(b.seq, "retry")]
+    assert stored_lines(app_engine) == [(b.seq, "retry")]
 
 
 def test_outbox_show_tells_the_attempts_in_order(enqueue, store, app_engine, database_url):
@@ -136,7 +153,7 @@ def test_outbox_show_tells_the_attempts_in_order(enqueue, store, app_engine, dat
     env = {"DATABASE_URL": database_url}
     data = json.loads(CliRunner().invoke(main, ["show", mid, "--json"], env=env, catch_exceptions=False).output)
     assert [(h["event"], h["attempt"], h["error_class"], h["ref"], h["actor"]) for h in data["history"]] == [
-        ("retry", 1, "transient", None, "poller-a"), ("delivered", 2, None, "1700000000000-3", "poller-b")]
+        ("retry", 1, "transient", None, "poller-a"), ("delivered", 2, None, "1700000000000-3", None)]
     human = CliRunner().invoke(main, ["show", mid], env=env, catch_exceptions=False).output
     lines = human[human.index("history:"):].splitlines()
     assert "#1" in lines[1] and "retry" in lines[1] and "[transient] timeout" in lines[1] and "poller-a" in lines[1]

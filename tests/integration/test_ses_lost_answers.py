@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay.feedback import run as feedback_run
-from outbox_relay.operations.dead import history_of
+from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.relay import run_batch
@@ -121,7 +121,7 @@ def test_a_lost_answer_waits_and_a_delivery_event_settles_it_with_no_second_send
     [row] = rows()
     assert (row["status"], row["delivery_ref"]) == ("delivered", ses_id)
     # and its history tells both: the attempt whose answer was lost, then the event that settled it
-    lost, settled = history_of(app_engine, row["seq"])
+    lost, settled = history_of(app_engine, get_message(app_engine, message_id))
     assert (lost.event, lost.attempt, lost.error_class, lost.ref) == ("ambiguous", 1, "ambiguous", None)
     assert lost.actor.startswith("owner-") and lost.next_at is not None
     assert (settled.event, settled.attempt, settled.ref, settled.actor) == ("settled", 1, ses_id, "feedback")

@@ -1,15 +1,18 @@
-"""A message's history: `outbox_message_history`, one row per attempt's outcome
-and per operator action (docs/decisions/0051-message-history-written-with-the-outcome.md).
+"""A message's history: `outbox_message_history`, one row per attempt that did
+not deliver and per later change (docs/decisions/0051-message-history-written-with-the-outcome.md).
 
 Rows are written by the statements that change a message, in the same
 statement, so the relay's round trips stay what they were: the outcome write
-(delivered, retry, dead, released, ambiguous), the claim (a lease that
-expired), the feedback function (an ambiguous send settled by an SES event),
-and the operators' redrive and discard. `outbox show ID` reads them.
+(retry, dead, released, ambiguous), the claim (a lease that expired), the
+feedback function (an ambiguous send settled by an SES event), and the
+operators' redrive and discard. A delivery writes no row: the message row
+holds it (delivered_at, delivery_ref), and `outbox show ID` adds it as the
+last line.
 
 - `attempt`: the attempt the row ends (the message's count when it was made;
   a released attempt is refunded afterwards); NULL for an operator's action.
 - `next_at`: when the message is due again, for outcomes that leave it pending.
+- `ref`: the SES message id that settled an ambiguous send.
 - `actor`: the lease owner that made the attempt, `feedback`, or `operator`.
 
 History goes with its message: a statement trigger deletes the rows of the
@@ -29,8 +32,7 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
-EVENTS = ("'delivered', 'retry', 'dead', 'released', 'ambiguous', 'lease_expired', "
-          "'settled', 'redriven', 'discarded'")
+EVENTS = "'retry', 'dead', 'released', 'ambiguous', 'lease_expired', 'settled', 'redriven', 'discarded'"
 
 
 def upgrade() -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from .. import sql
 from ..db import run_with_retry
-from ..models import Channel, MessageRow
+from ..models import Channel, MessageRow, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +76,20 @@ def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | Non
 
 @dataclass(frozen=True, slots=True)
 class HistoryLine:
-    """One line of a message's history: an attempt's outcome or an operator's action."""
+    """One line of a message's history: an attempt's outcome or a later change."""
 
     at: datetime
     event: str
-    """delivered, retry, dead, released, ambiguous, lease_expired, settled, redriven or discarded."""
+    """retry, dead, released, ambiguous, lease_expired, settled, redriven, discarded, or delivered."""
     attempt: int | None
     """The attempt it ends (None for an operator's action)."""
     error_class: str | None
     error: str | None
     ref: str | None
-    """Where it landed: the stream entry id, the SES message id, the SQS/SNS/EventBridge id."""
+    """Where it landed: the delivery reference (of a delivery, or the SES message id that settled a send)."""
     actor: str | None
-    """The lease owner that made the attempt, ``feedback`` or ``operator``."""
+    """The lease owner that made the attempt, ``feedback`` or ``operator`` (None for the delivery,
+    which the message row records without its owner)."""
     next_at: datetime | None
     """When the message was due again, for an outcome that left it pending."""
 
@@ -96,10 +97,17 @@ class HistoryLine:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def history_of(engine: Engine, seq: int) -> list[HistoryLine]:
-    """The history of the message at `seq`, oldest first."""
-    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.history_of, {"seq": int(seq)}).fetchall())
-    return [HistoryLine(*r) for r in rows]
+def history_of(engine: Engine, message: MessageRow) -> list[HistoryLine]:
+    """The history of `message`, oldest first: the lines stored for it, then its
+    delivery from the row itself (the relay stores no line for a delivery,
+    the common case) unless an SES event settled it (a line of its own)."""
+    rows = run_with_retry(engine, lambda c: c.execute(sql.operations.history_of, {"seq": message.seq}).fetchall())
+    lines = [HistoryLine(*r) for r in rows]
+    if message.status is Status.DELIVERED and message.delivered_at is not None \
+            and not (lines and lines[-1].event == "settled"):
+        lines.append(HistoryLine(message.delivered_at, "delivered", message.attempts, None, None,
+                                 message.delivery_ref, None, None))
+    return lines
 
 
 @dataclass(frozen=True, slots=True)

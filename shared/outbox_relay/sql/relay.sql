@@ -233,7 +233,7 @@ SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channe
 -- no longer ours are reported as lost. Also reads :channel's oldest pending age,
 -- and returns each delivered message's delivery lag in milliseconds (from
 -- created_at, or the later scheduled_at) as one comma-separated text. Each
--- outcome is also a line of its message's history.
+-- outcome but a delivery is also a line of its message's history.
 WITH v AS MATERIALIZED (
     -- The fence rides with each outcome as a join condition, so the rows to write are
     -- estimated from the seqs alone: on the rows, a new token was estimated at one row,
@@ -268,21 +268,24 @@ WITH v AS MATERIALIZED (
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
        AND o.status = v.status AND o.lease_owner = v.owner
-    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, v.ref,
+    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error,
               CASE WHEN v.kind = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
 ), history AS (
-    -- The attempt's line in the message's history (outbox_message_history), in
-    -- the same statement: a released attempt was refunded just now, so its number is one more.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
+    -- Each attempt that did not deliver, as a line of its message's history
+    -- (outbox_message_history), in the same statement; a delivery is the row itself
+    -- (delivered_at, delivery_ref), so the common case writes nothing more. A released
+    -- attempt was refunded just now: its number is one more.
+    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, actor, next_at)
     SELECT d.seq,
            CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
                        WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END
                        ELSE d.kind END,
            CASE WHEN d.kind = 'release' THEN d.attempts + 1 ELSE d.attempts END,
-           d.error_class, d.error, d.ref, :owner,
+           d.error_class, d.error, :owner,
            CASE WHEN d.status = 'pending' THEN d.available_at END
       FROM done d
+     WHERE d.kind <> 'delivered'
 )
 SELECT count(*) FILTER (WHERE status = 'delivered'),
        count(*) FILTER (WHERE status = 'pending' AND kind <> 'release'),

@@ -54,7 +54,7 @@ def show(message_id: str, as_json: bool) -> None:
     engine = common.engine()
     try:
         row = get_message(engine, mid)
-        history = history_of(engine, row.seq) if row is not None else []
+        history = history_of(engine, row) if row is not None else []
         events = FeedbackStore(engine).events_of(str(mid)) if row is not None else []
     finally:
         engine.dispose()
@@ -105,7 +105,8 @@ def _echo_history(history, width: int) -> None:
             parts.append(f"ref {line.ref}")
         if line.next_at:
             parts.append(f"due again {_when(line.next_at)}")
-        parts.append(f"by {line.actor or '-'}")
+        if line.actor:
+            parts.append(f"by {line.actor}")
         click.echo("  ".join(parts))
 
 
