@@ -190,8 +190,11 @@ def test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased(app_en
     nodes = plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
     # Then the write records all of them and reads its values once, not once per row
     # (a nested loop over the values, chosen for a misestimated single row, made it quadratic)
-    (update,) = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+    (update,) = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Operation"] == "Update"]
     assert update["Actual Rows"] == 1000
+    # and a batch delivered whole adds no line to the history
+    (history,) = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Operation"] == "Insert"]
+    assert history["Relation Name"] == "outbox_message_history" and history["Actual Rows"] == 0
     values = [n for n in nodes if n["Node Type"] == "CTE Scan" and n.get("CTE Name") == "v"]
     assert values and all(n["Actual Loops"] == 1 for n in values), values
     assert store.record("me", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1-0", 0) for m in batch]).delivered \
