@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, example, g
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from outbox_relay.email.content_types import CONTENT_TYPES, guess_content_type
 from outbox_relay.email.mime import build_mime
 from outbox_relay.email.payload import EmailPayload
 from outbox_relay.errors import InvalidMessageError
@@ -31,6 +32,8 @@ from support.sql_functions import Raw, Refused, call, count, stored
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+#: The migrations that create the email function and its parts.
+EMAIL_MIGRATIONS = ("0009_enqueue_functions", "0011_email_functions_as_python")
 SUBSET = "this function"  # the words of a refusal for what only the Python API takes
 
 
@@ -233,11 +236,14 @@ def attachment_lists(draw):
     out = []
     for _ in range(draw(st.integers(0, 2))):
         content = draw(st.sampled_from(["aGk=", "aGk", "****", "", base64.b64encode(b"x" * 100).decode()]))
-        out.append({"filename": draw(st.sampled_from(["a.txt", "", " ", "a/b", "r\u00e9sum\u00e9.pdf", "a\tb",
-                                                      "f" * 256])),
-                    "content_type": draw(st.sampled_from(["text/plain", "application/pdf", "Text/Plain",
-                                                          "multipart/mixed", "bad", "text/plain; x=1", ""])),
-                    "content_base64": content})
+        item = {"filename": draw(st.sampled_from(["a.txt", "", " ", "a/b", "r\u00e9sum\u00e9.pdf", "a\tb", "f" * 256,
+                                                  "photo.PNG", "a.tar.gz", ".txt", "a.\u212a", "noext"])),
+                "content_type": draw(st.sampled_from(["text/plain", "application/pdf", "Text/Plain",
+                                                      "multipart/mixed", "bad", "text/plain; x=1", "", None, 1])),
+                "content_base64": content}
+        if draw(st.booleans()):  # no content_type: guessed from the file name
+            del item["content_type"]
+        out.append(item)
     return out
 
 
@@ -250,9 +256,10 @@ good_subjects = st.text(st.sampled_from("aZ é日 !"), min_size=1, max_size=20).
 good_headers = st.none() | st.dictionaries(st.sampled_from(["X-A", "List-Unsubscribe", "Keywords", "X-Campaign"]),
                                            st.text(st.sampled_from("ab é<>@:"), max_size=10), max_size=3)
 good_attachments = st.lists(st.fixed_dictionaries({
-    "filename": st.sampled_from(["a.txt", "résumé.pdf", "data.bin"]),
-    "content_type": st.sampled_from(["text/plain", "application/pdf", "Application/Octet-Stream"]),
-    "content_base64": st.binary(max_size=60).map(lambda b: base64.b64encode(b).decode())}), max_size=2)
+    "filename": st.sampled_from(["a.txt", "résumé.pdf", "data.bin", "Photo.JPG", "archive.tar.gz", "README"]),
+    "content_base64": st.binary(max_size=60).map(lambda b: base64.b64encode(b).decode())}, optional={
+    "content_type": st.sampled_from(["text/plain", "application/pdf", "Application/Octet-Stream", ""])}),
+    max_size=2)
 
 
 def email_args(draw, address, n_to, any_address=addresses):
@@ -302,7 +309,6 @@ def test_emails_same_row_or_same_refusal(conn, data):
 @given(data=st.data())
 def test_emails_inside_the_subset_agree_exactly(conn, data):
     args = email_args(data.draw, plain_addresses(), 3, plain_addresses())
-    args["attachments"] = [a for a in args["attachments"] if a["content_type"]]
     args["headers"] = {k: v for k, v in (args["headers"] or {}).items() if k != "Resent-To" and "=?" not in v}
     py, sq = email_outcomes(conn, args)
     same(py, sq)
@@ -402,27 +408,49 @@ def test_a_refusal_names_the_field_and_writes_nothing(app_engine, function, args
         assert count(c) == 0
 
 
-def test_the_downgrade_drops_every_function_the_upgrade_created(empty_database_url):
+def test_the_downgrades_put_back_what_each_upgrade_found(empty_database_url):
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
     from test_migrations import downgrade
 
     from outbox_migrations import upgrade
 
-    created = len(re.findall(r"^CREATE FUNCTION ", import_module("outbox_migrations.versions.0009_enqueue_functions")
-                             .sql_text(), re.M))
+    v9, v11 = (import_module(f"outbox_migrations.versions.{m}") for m in EMAIL_MIGRATIONS)
+    created_by_0009 = re.findall(r"^CREATE FUNCTION (\w+)\(", v9.sql_text(), re.M)
+    # 0011 creates its CREATED and replaces some of 0009's: the lists must name them all.
+    assert set(re.findall(r"^CREATE OR REPLACE FUNCTION (\w+)\(", v11.sql_text(), re.M)) == \
+        {s.split("(")[0] for s in v11.CREATED} | set(v11.REPLACED)
+    assert set(v11.REPLACED) <= set(created_by_0009) and not {s.split("(")[0] for s in v11.CREATED} & set(created_by_0009)
     engine = create_engine(empty_database_url, poolclass=NullPool)
     ours = text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'outbox\\_%\\_v1'")
+    email = text("SELECT prosrc FROM pg_proc WHERE proname = 'outbox_enqueue_email_v1'")
     try:
+        upgrade(engine, "0010")
+        with engine.connect() as c:
+            assert c.execute(ours).scalar_one() == len(created_by_0009)
+            email_of_0009 = c.execute(email).scalar_one()
         upgrade(engine)
         with engine.connect() as c:
-            assert c.execute(ours).scalar_one() == created
+            assert c.execute(ours).scalar_one() == len(created_by_0009) + len(v11.CREATED)
+            assert c.execute(email).scalar_one() != email_of_0009
+        downgrade(engine, "0010")  # 0009's functions as they were
+        with engine.connect() as c:
+            assert c.execute(ours).scalar_one() == len(created_by_0009)
+            assert c.execute(email).scalar_one() == email_of_0009
         downgrade(engine, "0008")  # DROP FUNCTION IF EXISTS with a wrong signature would leave one behind
         with engine.connect() as c:
             assert c.execute(ours).scalar_one() == 0
         upgrade(engine)  # and up again
     finally:
         engine.dispose()
+
+
+def test_the_content_type_table_in_the_database_is_the_one_python_reads(conn):
+    names = ["a", "a.", ".txt", "..txt", "a..pdf", ".a.b.png", "a.txt.gz", "a.\u212a", "résumé.PDF"]
+    names += [f"f.{e}" for e in CONTENT_TYPES] + [f"f.{e.upper()}" for e in CONTENT_TYPES]
+    guessed = conn.execute(text("SELECT outbox__guess_content_type_v1(n) FROM unnest(CAST(:n AS text[])) AS n"),
+                           {"n": names}).scalars().all()
+    assert guessed == [guess_content_type(n) for n in names]
 
 
 # -- two transactions at once ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import base64
 import json
 import uuid
 from datetime import datetime, timezone
+from unittest import mock
 
 import pytest
 
@@ -176,6 +177,17 @@ def test_attachment_given_as_bytes_is_stored_as_standard_base64_with_a_guessed_t
     assert stored == {"filename": "photo.png", "content_type": "image/png",
                       "content_base64": base64.b64encode(data).decode()}
     assert row["message_id"] == uuid.UUID(int=7)
+
+
+@pytest.mark.parametrize(("filename", "content_type"), [
+    ("photo.PNG", "image/png"), ("report.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+    ("a.tar.gz", "application/gzip"), (".txt", "application/octet-stream"), ("README", "application/octet-stream"),
+    ("a.\u212a", "application/octet-stream"),  # the Kelvin sign, which str.lower() makes a "k"
+])
+def test_a_missing_content_type_is_guessed_by_the_project_s_table_not_the_host_s(filename, content_type):
+    with mock.patch("mimetypes.guess_type", side_effect=AssertionError("the host's table")):
+        payload = payload_mod.validate_payload(OK | {"attachments": [{"filename": filename, "content": b"x"}]})
+    assert payload.attachments[0].content_type == content_type
 
 
 BAD_HEADER_ROW = ('{"to":["p@example.com"],"subject":"s","text":"t","headers":{"Resent-To":"a@"},'

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import mimetypes
 from email import policy as email_policy
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .addresses import CONTROL_RE
+from .content_types import guess_content_type
 
 
 def as_attachment(item: Any) -> Any:
@@ -26,7 +26,7 @@ def as_attachment(item: Any) -> Any:
 class Attachment(BaseModel):
     """One attachment. Give `content` (bytes) at enqueue; it is stored as
     `content_base64` (standard base64). `content_type` defaults to a guess from
-    the file name, else ``application/octet-stream``."""
+    the file name's extension (`content_types.guess_content_type`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,7 +71,7 @@ class Attachment(BaseModel):
     @classmethod
     def _content_type(cls, v: str, info: ValidationInfo) -> str:
         filename = info.data.get("filename") or ""
-        ctype = v or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        ctype = v or guess_content_type(filename)
         parsed = email_policy.default.header_factory("Content-Type", ctype)
         if parsed.defects or "/" not in ctype or parsed.content_type != ctype.strip().lower():
             raise ValueError("must be a MIME type such as application/pdf (type/subtype, no parameters)")

@@ -1,0 +1,284 @@
+"""Email from SQL as from Python: the parts of `outbox_enqueue_email_v1` that
+took only a subset of what the Python API takes (docs/decisions/0052).
+
+Migration 0009's email function refused, saying "this function", what only
+the Python API took. This one replaces it, and the helpers it uses, under the
+same names and signatures (a `_v1` statement keeps working) with functions
+that take what Python takes and write the same row:
+
+- an attachment without `content_type` gets the type guessed from its file
+  name, by the table in outbox_relay/email/content_types.txt, which Python
+  reads too (and no longer the machine's /etc/mime.types).
+
+tests/integration/test_sql_functions.py holds both to that with hypothesis.
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-12-02
+"""
+import json
+import re
+from importlib import import_module
+
+from alembic import op
+
+from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+_0009 = import_module("outbox_migrations.versions.0009_enqueue_functions")
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+HELPERS = r"""
+-- outbox_relay.email.content_types.guess_content_type: the extension as os.path.splitext
+-- finds it (after the last dot that has something other than dots before it), ASCII
+-- letters without case, looked up in the table of content_types.txt (filled in below).
+CREATE OR REPLACE FUNCTION outbox__guess_content_type_v1(filename text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $f$
+    SELECT coalesce(CASE WHEN e.ext ~ '^[\u0001-\u007f]*$' THEN CONTENT_TYPES ->> lower(e.ext COLLATE "C") END,
+                    DEFAULT_CONTENT_TYPE)
+      FROM (SELECT substring(filename FROM '^\.*[^.].*\.([^.]*)$') AS ext) e
+$f$;
+"""
+
+EMAIL = r"""
+CREATE OR REPLACE FUNCTION outbox_enqueue_email_v1(
+    "to" text[] DEFAULT '{}', subject text DEFAULT NULL, html text DEFAULT NULL, text text DEFAULT NULL,
+    cc text[] DEFAULT '{}', bcc text[] DEFAULT '{}', reply_to text[] DEFAULT '{}', sender text DEFAULT NULL,
+    headers json DEFAULT NULL, tags json DEFAULT NULL, configuration_set text DEFAULT NULL,
+    attachments jsonb DEFAULT NULL, message_id uuid DEFAULT NULL, deliver_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT NULL, key text DEFAULT NULL, traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL) RETURNS uuid
+LANGUAGE plpgsql AS $f$
+DECLARE
+    p jsonb := '{}';
+    a_to jsonb; a_cc jsonb; a_bcc jsonb; a_reply jsonb;
+    subj text;
+    hs json; tg json;
+    e record;
+    seen text[] := '{}';
+    name_ text; value_ text;
+    att jsonb := '[]';
+    a jsonb;
+    i int := 0;
+    fname text; ctype text; b64 text;
+    n int;
+    bound bigint;
+    h json;
+    hj jsonb;
+    mid uuid := coalesce(message_id, gen_random_uuid());
+BEGIN
+    -- The payload model's fields in their order (email/payload.py), then the rules across them.
+    IF sender IS NOT NULL THEN p := p || jsonb_build_object('from', outbox__address_v1('sender', sender)); END IF;
+    a_to := outbox__addresses_v1('to', "to");
+    a_cc := outbox__addresses_v1('cc', cc);
+    a_bcc := outbox__addresses_v1('bcc', bcc);
+    a_reply := outbox__addresses_v1('reply_to', reply_to);
+    IF subject IS NULL THEN PERFORM outbox__refuse_v1('subject', 'is required'); END IF;
+    IF length(subject) > 998 THEN PERFORM outbox__refuse_v1('subject', 'must be at most 998 characters'); END IF;
+    IF subject ~ 'CONTROL' THEN
+        PERFORM outbox__refuse_v1('subject', 'must not contain CR, LF, NUL or other control characters '
+                                             '(header injection)');
+    END IF;
+    subj := outbox__strip_v1(subject);
+    IF subj = '' THEN PERFORM outbox__refuse_v1('subject', 'must not be blank'); END IF;
+    -- headers: strings; at most 15; names, reserved names, repeats, values.
+    hs := outbox__string_map_v1('headers', headers);
+    IF (SELECT count(*) FROM json_object_keys(hs)) > 15 THEN
+        PERFORM outbox__refuse_v1('headers', 'at most 15 custom headers (SES API v2, Message.Headers)');
+    END IF;
+    FOR e IN SELECT j.k, j.v FROM json_each_text(hs) WITH ORDINALITY AS j(k, v, n) ORDER BY j.n LOOP
+        name_ := e.k;
+        value_ := outbox__strip_v1(e.v);
+        IF name_ !~ '^[!-9;-~]{1,126}$' THEN
+            PERFORM outbox__refuse_v1('headers', format('name %s must be 1-126 printable ASCII characters without '
+                                                        'a colon (RFC 5322 field-name)', quote_literal(left(name_, 60))));
+        END IF;
+        IF lower(name_) IN ('from', 'sender', 'to', 'cc', 'bcc', 'reply-to', 'subject', 'date', 'message-id',
+                            'mime-version', 'return-path') OR lower(name_) LIKE 'content-%' THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ' is set from the message''s own fields or its MIME '
+                                                          'structure; it cannot be a custom header');
+        END IF;
+        IF lower(name_) LIKE 'x-ses-%' THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ': use tags and configuration_set instead of X-SES-* headers');
+        END IF;
+        IF lower(name_) = ANY (seen) THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ' is given twice (header names are case-insensitive)');
+        END IF;
+        seen := seen || lower(name_);
+        IF value_ ~ 'CONTROL' THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ': the value must not contain CR, LF, NUL or other '
+                                                          'control characters (header injection)');
+        END IF;
+        IF outbox__encoded_length_v1(value_) > 995 THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ': the value is longer than 995 characters once encoded '
+                                                          '(SES API v2, MessageHeader)');
+        END IF;
+        -- Structured headers, and encoded words, need the email package's parser: not taken here.
+        IF lower(name_) IN ('resent-date', 'resent-sender', 'resent-from', 'resent-to', 'resent-cc',
+                            'resent-bcc', 'orig-date') OR value_ ~ '=\?' THEN
+            PERFORM outbox__refuse_v1('headers', name_ || ': this function does not take Resent-*/Orig-Date headers '
+                                                          'or values with ''=?'' (the Python API does)');
+        END IF;
+        hj := coalesce(hj, '{}') || jsonb_build_object(name_, value_);
+    END LOOP;
+    -- tags
+    tg := outbox__string_map_v1('tags', tags);
+    IF (SELECT count(*) FROM json_object_keys(tg)) > 49 THEN
+        PERFORM outbox__refuse_v1('tags', 'at most 49 tags (one more is the outbox message id)');
+    END IF;
+    FOR e IN SELECT j.k, j.v FROM json_each_text(tg) WITH ORDINALITY AS j(k, v, n) ORDER BY j.n LOOP
+        IF e.k !~ '^[A-Za-z0-9_-]+$' OR length(e.k) > 256 THEN
+            PERFORM outbox__refuse_v1('tags', format('name %s must be 1-256 ASCII letters, digits, ''_'' or ''-'' '
+                                                     '(SES API v2, MessageTag)', quote_literal(left(e.k, 60))));
+        END IF;
+        IF e.k = 'outbox-message-id' THEN
+            PERFORM outbox__refuse_v1('tags', 'the tag name outbox-message-id is reserved for the outbox message id');
+        END IF;
+        IF e.v !~ '^[A-Za-z0-9_-]+$' OR length(e.v) > 256 THEN
+            PERFORM outbox__refuse_v1('tags', e.k || ': the value must be 1-256 ASCII letters, digits, ''_'' or ''-'' '
+                                                     '(SES API v2, MessageTag)');
+        END IF;
+    END LOOP;
+    IF configuration_set !~ '^[A-Za-z0-9_-]{1,64}$' THEN
+        PERFORM outbox__refuse_v1('configuration_set', 'must be 1-64 ASCII letters, digits, ''_'' or ''-'' '
+                                                       '(SES configuration set name)');
+    END IF;
+    -- attachments: a JSON array of {filename, content_type, content_base64}
+    IF attachments IS NOT NULL AND jsonb_typeof(attachments) <> 'null' THEN
+        IF jsonb_typeof(attachments) <> 'array' THEN
+            PERFORM outbox__refuse_v1('attachments', 'must be a JSON array of objects');
+        END IF;
+        FOR a IN SELECT x FROM jsonb_array_elements(attachments) AS x LOOP
+            IF jsonb_typeof(a) <> 'object' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s]', i), 'must be an object with filename, '
+                                          'content_type and content_base64');
+            END IF;
+            fname := a ->> 'filename';
+            IF jsonb_typeof(a -> 'filename') IS DISTINCT FROM 'string' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].filename', i), 'is required (a string)');
+            END IF;
+            IF fname = '' OR length(fname) > 255 THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].filename', i), 'must be 1-255 characters');
+            END IF;
+            IF fname ~ 'CONTROL' OR strpos(fname, E'\t') > 0 THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].filename', i),
+                                          'must not contain control characters (CR, LF, NUL, …)');
+            END IF;
+            IF fname ~ '[/\\]' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].filename', i), 'must be a file name, not a path');
+            END IF;
+            IF outbox__strip_v1(fname) = '' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].filename', i), 'must not be blank');
+            END IF;
+            -- A missing or empty type is guessed from the file name, as Attachment does.
+            IF NOT a ? 'content_type' OR a -> 'content_type' = '""' THEN
+                ctype := outbox__guess_content_type_v1(fname);
+            ELSIF jsonb_typeof(a -> 'content_type') <> 'string' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].content_type', i), 'must be a string');
+            ELSE
+                ctype := a ->> 'content_type';
+            END IF;
+            IF length(ctype) > 255 OR ctype !~ '^[A-Za-z0-9!#$%&''*+.^_`{|}~-]+/[A-Za-z0-9!#$%&''*+.^_`{|}~-]+$' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].content_type', i),
+                                          'must be a MIME type such as application/pdf (type/subtype, no parameters)');
+            END IF;
+            IF lower(split_part(ctype, '/', 1)) IN ('multipart', 'message') THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].content_type', i), 'must not be multipart/* or message/*');
+            END IF;
+            b64 := a ->> 'content_base64';
+            IF jsonb_typeof(a -> 'content_base64') IS DISTINCT FROM 'string' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].content_base64', i), 'is required (a string)');
+            END IF;
+            IF b64 !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].content_base64', i),
+                                          'must be standard base64 (RFC 4648 section 4)');
+            END IF;
+            SELECT k INTO name_ FROM jsonb_object_keys(a) AS k
+             WHERE k NOT IN ('filename', 'content_type', 'content_base64') LIMIT 1;
+            IF name_ IS NOT NULL AND name_ NOT IN ('filename', 'content_type', 'content_base64') THEN
+                PERFORM outbox__refuse_v1(format('attachments[%s].%s', i, name_), 'Extra inputs are not permitted');
+            END IF;
+            name_ := NULL;
+            att := att || jsonb_build_array(jsonb_build_object('filename', fname, 'content_type', ctype,
+                                                               'content_base64', b64));
+            i := i + 1;
+        END LOOP;
+        IF i > 100 THEN PERFORM outbox__refuse_v1('attachments', 'at most 100 attachments'); END IF;
+    END IF;
+    -- Across fields (payload.check_message).
+    n := jsonb_array_length(a_to) + jsonb_array_length(a_cc) + jsonb_array_length(a_bcc);
+    IF n = 0 THEN PERFORM outbox__refuse_v1('to', 'at least one recipient is required in to, cc or bcc'); END IF;
+    IF n > 50 THEN
+        PERFORM outbox__refuse_v1('to', format('%s recipients across to, cc and bcc; SES accepts at most 50 '
+                                               'per message', n));
+    END IF;
+    IF nullif(html, '') IS NULL AND nullif(text, '') IS NULL THEN
+        PERFORM outbox__refuse_v1('html/text', 'an html or a text body is required');
+    END IF;
+    -- The payload as EmailPayload.to_json writes it: empty fields left out.
+    p := p || CASE WHEN jsonb_array_length(a_to) > 0 THEN jsonb_build_object('to', a_to) ELSE '{}' END
+           || CASE WHEN jsonb_array_length(a_cc) > 0 THEN jsonb_build_object('cc', a_cc) ELSE '{}' END
+           || CASE WHEN jsonb_array_length(a_bcc) > 0 THEN jsonb_build_object('bcc', a_bcc) ELSE '{}' END
+           || CASE WHEN jsonb_array_length(a_reply) > 0 THEN jsonb_build_object('reply_to', a_reply) ELSE '{}' END
+           || jsonb_build_object('subject', subj)
+           || CASE WHEN nullif(html, '') IS NOT NULL THEN jsonb_build_object('html', html) ELSE '{}' END
+           || CASE WHEN nullif(text, '') IS NOT NULL THEN jsonb_build_object('text', text) ELSE '{}' END
+           || CASE WHEN hj IS NOT NULL THEN jsonb_build_object('headers', hj) ELSE '{}' END
+           || CASE WHEN tg IS NOT NULL THEN jsonb_build_object('tags', tg::jsonb) ELSE '{}' END
+           || CASE WHEN configuration_set IS NOT NULL THEN jsonb_build_object('configuration_set', configuration_set)
+                   ELSE '{}' END
+           || CASE WHEN i > 0 THEN jsonb_build_object('attachments', att) ELSE '{}' END;
+    bound := outbox__mime_bound_v1(p);
+    IF bound > 40000000 THEN
+        PERFORM outbox__refuse_v1(CASE WHEN i > 0 THEN 'attachments' ELSE 'html/text' END,
+            format('the message is up to %s bytes as MIME; SES v2 accepts at most 40000000 bytes including '
+                   'attachments', bound));
+    END IF;
+    PERFORM outbox__check_key_v1(key);
+    PERFORM outbox__check_deliver_at_v1(deliver_at);
+    PERFORM outbox__check_attempts_v1(max_attempts);
+    h := outbox__trace_context_v1(traceparent, tracestate);  -- the relay adds it to the email's headers
+    RETURN outbox__insert_v1(mid, 'ses', coalesce(configuration_set, 'ses'), 'email', key, p::text,
+                             outbox__compact_v1(h), max_attempts, deliver_at);
+END $f$;
+"""
+
+#: The functions this migration creates (the others it replaces are 0009's).
+CREATED = ["outbox__guess_content_type_v1(text)"]
+#: 0009's functions this one replaces, put back by the downgrade.
+REPLACED = ["outbox_enqueue_email_v1"]
+
+
+def sql_text() -> str:
+    """Every statement of the upgrade, the character classes and the table filled in."""
+    table = _literal(json.dumps(CONTENT_TYPES, sort_keys=True)) + "::jsonb"
+    return ((HELPERS + EMAIL).replace("PYSPACE", _0009._PY_SPACE).replace("'CONTROL'", f"'{_0009._CONTROL}'")
+            .replace("CONTENT_TYPES", table).replace("DEFAULT_CONTENT_TYPE", _literal(DEFAULT_CONTENT_TYPE)))
+
+
+def statements() -> list[str]:
+    return [s.strip() + "$f$" for s in sql_text().split("$f$;") if s.strip()]
+
+
+def upgrade() -> None:
+    # As 0009: to the driver as written (colons and percent signs in the bodies).
+    bind = op.get_bind()
+    for statement in statements():
+        bind.exec_driver_sql(statement)
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    for statement in _0009.statements():
+        if re.search(r"^CREATE FUNCTION (\w+)\(", statement, re.M).group(1) in REPLACED:
+            bind.exec_driver_sql(statement.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    for signature in CREATED:
+        op.execute(f"DROP FUNCTION IF EXISTS {signature}")

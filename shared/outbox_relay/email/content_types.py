@@ -1,0 +1,33 @@
+"""An attachment's content type guessed from its file name, by the table in
+content_types.txt, which migration 0011 also reads for the SQL function: the
+same guess on every machine and in both APIs (docs/decisions/0052)."""
+
+from __future__ import annotations
+
+import posixpath
+from importlib import resources
+
+#: Used when the file name has no extension the table knows.
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+def _load() -> dict[str, str]:
+    table = {}
+    for line in resources.files(__package__).joinpath("content_types.txt").read_text("utf-8").splitlines():
+        if line and not line.startswith("#"):
+            extension, content_type = line.split()
+            table[extension] = content_type
+    return table
+
+
+#: Extension (lower-case ASCII, no dot) -> content type.
+CONTENT_TYPES: dict[str, str] = _load()
+
+
+def guess_content_type(filename: str) -> str:
+    """The type of `filename` by its extension (what follows its last dot, as
+    `os.path.splitext` finds it; ASCII letters compared without case)."""
+    extension = posixpath.splitext(filename)[1][1:]
+    if not extension.isascii():  # str.lower() folds some non-ASCII letters to ASCII ones (K, the Kelvin sign)
+        return DEFAULT_CONTENT_TYPE
+    return CONTENT_TYPES.get(extension.lower(), DEFAULT_CONTENT_TYPE)
