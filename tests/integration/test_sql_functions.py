@@ -19,11 +19,13 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
+from hypothesis import HealthCheck, assume, currently_in_test_context, event, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from outbox_relay.email.addresses import CONTROL_RE
 from outbox_relay.email.content_types import CONTENT_TYPES, guess_content_type
+from outbox_relay.email.headers import header_problem
 from outbox_relay.email.mime import build_mime
 from outbox_relay.email.payload import EmailPayload
 from outbox_relay.errors import InvalidMessageError
@@ -222,11 +224,41 @@ def edgy_addresses(draw):
 addresses = plain_addresses() | edgy_addresses()
 subjects = st.none() | st.text(st.sampled_from(EDGY + ["é", "\r"]), max_size=8) | st.just("s" * 999)
 bodies = st.none() | st.text(st.sampled_from(EDGY), max_size=8)
-email_headers = st.none() | st.dictionaries(
+# Pieces of header values: encoded words whole and in parts (charsets, B and Q, bad
+# base64, bytes that are not UTF-8, escapes that decode to controls), whitespace.
+EW_PIECES = st.sampled_from(["=?utf-8?q?", "=?UTF-8?B?", "=?us-ascii?q?", "=?latin-1?q?", "=?utf-8*en?Q?", "?=", "=?",
+                             "?", "=C3=A9", "=FF", "_", "=0A", "w6k=", "YQ", "YQ==", " ", "\t", "a", "é", "\u3000",
+                             "=", "=3F", "x?=ab", "=?utf-8?q?J=C3=B6rg?=", "=?utf-8?b?w6k=?="])
+encoded_values = st.lists(EW_PIECES, max_size=8).map("".join)
+dates = st.tuples(st.sampled_from(["", "Tue, ", "Foo, ", "Tue,"]), st.sampled_from(["1", "01", "0", "31", "29", "30"]),
+                  st.sampled_from(["Jan", "Feb", "Nov", "jan"]), st.sampled_from(["2003", "2024", "1899", "2100", "03"]),
+                  st.sampled_from(["10:52:37", "23:59", "24:00", "10:60", "10:10:60"]),
+                  st.sampled_from(["+0200", "-0000", "+2359", "+2400", "GMT"]), st.sampled_from([" ", "  "])).map(
+    lambda t: t[0] + t[6].join(t[1:6]))
+address_lists = st.lists(st.sampled_from(["a@example.com", "Zoë <b@example.com>", '"x, y" <c@example.com>', "bad", "",
+                                          "undisclosed-recipients:;", "=?utf-8?q?Z=C3=B6?= <d@example.com>"]),
+                         min_size=1, max_size=3).map(", ".join)
+HEADER_VALUES = {"resent-date": dates, "orig-date": dates, "resent-to": address_lists, "resent-sender": address_lists,
+                 "resent-cc": address_lists}
+
+
+@st.composite
+def header_values(draw, name):
+    """A value for the header `name`: of its kind mostly, anything sometimes."""
+    kind = HEADER_VALUES.get(name.lower(), encoded_values)
+    return draw(mostly(kind, st.text(st.sampled_from(EDGY), max_size=6) | encoded_values
+                       | st.sampled_from(["<a@b.com>", "é" * 330])))
+
+
+@st.composite
+def header_maps_of(draw, names, max_size):
+    chosen = draw(st.lists(names, max_size=max_size, unique=True))
+    return {name: draw(header_values(name)) for name in chosen}
+
+
+email_headers = st.none() | header_maps_of(
     st.sampled_from(["X-A", "x-a", "List-Unsubscribe", "Resent-To", "Content-X", "X-SES-A", "Bad:Name", "",
-                     "Date", "Keywords", "X-" + "h" * 125]),
-    st.text(st.sampled_from(EDGY), max_size=6) | st.sampled_from(["=?utf-8?q?x?=", "<a@b.com>", "é" * 330]),
-    max_size=4)
+                     "Date", "Keywords", "X-" + "h" * 125, "Resent-Date", "Orig-Date", "Resent-Sender", "Resent-Cc"]), 4)
 tag_maps = st.none() | st.dictionaries(st.sampled_from(["c", "outbox-message-id", "bad name", "t" * 257]),
                                        st.sampled_from(["w", "", "a b", "v" * 256, "v" * 257]), max_size=3)
 
@@ -254,7 +286,10 @@ def mostly(good, bad):
 
 good_subjects = st.text(st.sampled_from("aZ é日 !"), min_size=1, max_size=20).filter(str.strip)
 good_headers = st.none() | st.dictionaries(st.sampled_from(["X-A", "List-Unsubscribe", "Keywords", "X-Campaign"]),
-                                           st.text(st.sampled_from("ab é<>@:"), max_size=10), max_size=3)
+                                           st.text(st.sampled_from("ab é<>@:"), max_size=10)
+                                           | st.sampled_from(["=?utf-8?q?J=C3=B6rg?= x", "a =?UTF-8?B?w6k=?="]),
+                                           max_size=3) \
+    | header_maps_of(st.sampled_from(["Resent-To", "Resent-Date", "Orig-Date", "Resent-Sender", "X-A"]), 2)
 good_attachments = st.lists(st.fixed_dictionaries({
     "filename": st.sampled_from(["a.txt", "résumé.pdf", "data.bin", "Photo.JPG", "archive.tar.gz", "README"]),
     "content_base64": st.binary(max_size=60).map(lambda b: base64.b64encode(b).decode())}, optional={
@@ -309,9 +344,24 @@ def test_emails_same_row_or_same_refusal(conn, data):
 @given(data=st.data())
 def test_emails_inside_the_subset_agree_exactly(conn, data):
     args = email_args(data.draw, plain_addresses(), 3, plain_addresses())
-    args["headers"] = {k: v for k, v in (args["headers"] or {}).items() if k != "Resent-To" and "=?" not in v}
     py, sq = email_outcomes(conn, args)
     same(py, sq)
+
+
+@pytest.mark.slow  # a property test of many examples: the default run keeps the tables below
+@settings(max_examples=400, **SETTINGS)
+@given(data=st.data(), name=st.sampled_from(["X-A", "Resent-Date", "Orig-Date", "Resent-To", "Resent-Sender",
+                                             "Resent-From"]))
+@example(data=None, name="X-A")
+def test_a_header_value_is_taken_by_both_or_by_neither(conn, data, name):
+    # One header at a time, many more values than the whole-email properties reach.
+    value = (data.draw(header_values(name)) if data else "=?utf-8?q?=FF?=").strip()
+    assume(not CONTROL_RE.search(value))  # refused before the header is parsed, by both
+    sq = conn.execute(text("SELECT outbox__header_value_problem_v1(:n, :v)"), {"n": name, "v": value}).scalar()
+    py = header_problem(name, value)
+    if py is None and sq is not None and SUBSET in sq:  # an address form the function does not take yet
+        return
+    assert (py is None) == (sq is None), (py, sq)
 
 
 def test_fifty_recipients_are_taken_and_fifty_one_refused(conn):

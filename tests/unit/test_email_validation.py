@@ -66,13 +66,20 @@ def refused(**changes) -> InvalidMessageError:
     ({"headers": {"Content-Type": "text/plain"}}, "headers", "MIME structure"),
     ({"headers": {"MIME-Version": "1.0"}}, "headers", "own fields"),
     # a value the email package cannot write as that header (its parser raises IndexError here)
-    ({"headers": {"Resent-To": "a@"}}, "headers", "cannot be written as a Resent-To header"),
+    ({"headers": {"Resent-To": "a@"}}, "headers", "Resent-To: the value address 0 is not a well-formed address"),
     ({"headers": {"Resent-To": "a@", "X-Ok": "v"}, "attachments": [("a.txt", b"x")]}, "headers",
      "Resent-To"),
     # a value its parser does not raise on but records defects for: not that header either
-    ({"headers": {"Resent-To": "not an address"}}, "headers", "does not parse as a Resent-To header"),
-    ({"headers": {"Resent-Sender": "x"}}, "headers", "does not parse as a Resent-Sender header"),
-    ({"headers": {"Resent-Date": "garbage"}}, "headers", "does not parse as a Resent-Date header"),
+    ({"headers": {"Resent-To": "not an address"}}, "headers", "Resent-To: the value address 0 is not"),
+    ({"headers": {"Resent-To": "ops@shop.example, a@localhost"}}, "headers", "address 1 is not a valid address"),
+    ({"headers": {"Resent-Sender": "x"}}, "headers", "Resent-Sender: the value address 0 is not"),
+    ({"headers": {"Resent-Sender": "a@example.com, b@example.com"}}, "headers", "must be one address"),
+    ({"headers": {"Resent-Date": "garbage"}}, "headers", "must be an RFC 5322 date"),
+    ({"headers": {"Orig-Date": "1 Dec 2025 10:00 GMT"}}, "headers", "must be an RFC 5322 date"),
+    ({"headers": {"Resent-Date": "Sun, 31 Nov 2025 10:00:00 +0000"}}, "headers", "does not parse as a Resent-Date"),
+    ({"headers": {"X-A": "=?iso-8859-1?q?caf=E9?="}}, "headers", "charset other than UTF-8 or US-ASCII"),
+    ({"headers": {"X-A": "=?utf-8?b?YQ?="}}, "headers", "does not parse as a X-A header (InvalidBase64PaddingDefect)"),
+    ({"headers": {"X-A": "a=?utf-8?q?x?="}}, "headers", "does not parse as a X-A header (InvalidHeaderDefect)"),
     # tags: SES's character rules, 256 characters, our reserved name
     ({"tags": {"has space": "v"}}, "tags", "ASCII letters, digits"),
     ({"tags": {"kind": "a.b"}}, "tags", "ASCII letters, digits"),
@@ -197,7 +204,8 @@ BAD_HEADER_ROW = ('{"to":["p@example.com"],"subject":"s","text":"t","headers":{"
 @pytest.mark.parametrize(("name", "value"), [
     ("Resent-To", "Zoë <zoe@example.com>, ops@shop.example"), ("Resent-To", "undisclosed-recipients:;"),
     ("Resent-Date", "Mon, 1 Dec 2025 10:00:00 +0000"), ("List-Unsubscribe", "<https://shop.example/u/1>"),
-    ("X-Campaign", "2025 Q1 ✓"), ("In-Reply-To", "<abc@shop.example>"),
+    ("X-Campaign", "2025 Q1 ✓"), ("In-Reply-To", "<abc@shop.example>"), ("Orig-Date", "1 Dec 2025 10:00 -0000"),
+    ("Resent-Cc", '"Ops, Shop" <ops@shop.example>'), ("X-A", "=?utf-8?q?J=C3=B6rg?= =?UTF-8?B?w6k=?= x"),
 ])
 def test_header_values_that_parse_as_their_header_are_kept(name, value):
     assert email_row(**(OK | {"headers": {name: value}}))

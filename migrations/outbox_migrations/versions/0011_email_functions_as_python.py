@@ -8,7 +8,10 @@ that take what Python takes and write the same row:
 
 - an attachment without `content_type` gets the type guessed from its file
   name, by the table in outbox_relay/email/content_types.txt, which Python
-  reads too (and no longer the machine's /etc/mime.types).
+  reads too (and no longer the machine's /etc/mime.types);
+- custom header values are read as the email package reads them: encoded
+  words (UTF-8 or US-ASCII, well-formed), Resent-Date and Orig-Date as
+  RFC 5322 dates, the Resent-* address headers as lists of addresses.
 
 tests/integration/test_sql_functions.py holds both to that with hypothesis.
 
@@ -23,6 +26,7 @@ from importlib import import_module
 from alembic import op
 
 from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
+from outbox_relay.email.headers import DATE_PATTERN, EMPTY_GROUP_PATTERN
 
 revision = "0011"
 down_revision = "0010"
@@ -46,6 +50,207 @@ LANGUAGE sql IMMUTABLE AS $f$
                     DEFAULT_CONTENT_TYPE)
       FROM (SELECT substring(filename FROM '^\.*[^.].*\.([^.]*)$') AS ext) e
 $f$;
+"""
+
+HELPERS += r"""
+-- One RFC 2047 encoded word at the start of `value`, as the email package's
+-- get_encoded_word reads it: kind 'none' when it is not one at all (no '?='),
+-- 'invalid' when the package gives up on it and reads it as text, else 'ok'
+-- with the decoded text, what follows it, and the first defect (or the charset
+-- rule of addresses.encoded_word_problem) as `problem`.
+CREATE OR REPLACE FUNCTION outbox__encoded_word_v1(value text, OUT kind text, OUT decoded text, OUT rest text,
+                                                   OUT problem text)
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    s text := substr(value, 3);
+    p int := strpos(s, '?=');
+    tok text;
+    parts text[];
+    charset text;
+    body text;
+    hex text := '';
+    raw bytea;
+    i int := 1;
+BEGIN
+    IF left(value, 2) <> '=?' OR p = 0 THEN kind := 'none'; RETURN; END IF;
+    tok := left(s, p - 1);
+    rest := substr(s, p + 2);
+    -- A '?=' followed by two hex digits may be a Q escape (=XX) after the encoding's '?'.
+    IF rest ~ '^[0-9A-Fa-f]{2}' AND length(tok) - length(replace(tok, '?', '')) < 2 THEN
+        p := strpos(rest, '?=');
+        IF p = 0 THEN
+            tok := tok || '?=' || rest;
+            rest := '';
+        ELSE
+            tok := tok || '?=' || left(rest, p - 1);
+            rest := substr(rest, p + 2);
+        END IF;
+    END IF;
+    parts := string_to_array(tok, '?');
+    IF cardinality(parts) <> 3 OR parts[2] !~ '^[qQbB]$' OR parts[3] ~ '[^\u0001-\u007f]' THEN
+        kind := 'invalid';
+        RETURN;
+    END IF;
+    kind := 'ok';
+    charset := lower(split_part(parts[1], '*', 1));
+    body := parts[3];
+    IF tok ~ 'PYNOSPACEPYSPACE+PYNOSPACE' THEN problem := 'has whitespace inside an encoded word'; RETURN; END IF;
+    IF lower(parts[2]) = 'b' THEN
+        IF body !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
+            problem := 'has an encoded word that is not well-formed base64';
+            RETURN;
+        END IF;
+        raw := decode(body, 'base64');
+    ELSE
+        body := replace(body, '_', ' ');
+        WHILE i <= length(body) LOOP
+            IF substr(body, i, 3) ~ '^=[0-9A-Fa-f]{2}$' THEN
+                hex := hex || substr(body, i + 1, 2);
+                i := i + 3;
+            ELSE
+                hex := hex || lpad(to_hex(ascii(substr(body, i, 1))), 2, '0');
+                i := i + 1;
+            END IF;
+        END LOOP;
+        raw := decode(hex, 'hex');
+    END IF;
+    IF charset NOT IN ('utf-8', 'us-ascii') THEN
+        problem := 'has an encoded word (=?charset?…?=) in a charset other than UTF-8 or US-ASCII';
+        RETURN;
+    END IF;
+    BEGIN
+        decoded := convert_from(raw, 'UTF8');
+    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+        problem := 'has an encoded word whose bytes are not ' || upper(charset) || ' text (or hold NUL)';
+        RETURN;
+    END;
+    IF charset = 'us-ascii' AND decoded ~ '[^\u0001-\u007f]' THEN
+        problem := 'has an encoded word whose bytes are not US-ASCII text';
+        RETURN;
+    END IF;
+    -- Control characters in the text, except where a space or tab starts a run of whitespace.
+    IF regexp_replace(decoded, '[ \t]PYSPACE*', '', 'g') ~ '[\u0001-\u0008\u000a-\u001f\u007f]' THEN
+        problem := 'has an encoded word that decodes to control characters';
+        RETURN;
+    END IF;
+    IF rest <> '' AND left(rest, 1) NOT IN (' ', E'\t') THEN
+        problem := 'has an encoded word not followed by whitespace';
+    END IF;
+END $f$;
+
+-- Why an unstructured header value has a defect (NULL: none), read as the email
+-- package's get_unstructured reads it: whitespace, encoded words, and text up
+-- to the next space or tab, cut before an encoded word it holds.
+CREATE OR REPLACE FUNCTION outbox__unstructured_problem_v1(value text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    v text := value;
+    last_ text;
+    ew record;
+    tok text;
+    valid_ew boolean;
+BEGIN
+    WHILE v <> '' LOOP
+        IF left(v, 1) IN (' ', E'\t') THEN
+            v := substr(v, length(substring(v FROM '^[ \t]PYSPACE*')) + 1);
+            last_ := 'fws';
+            CONTINUE;
+        END IF;
+        valid_ew := true;
+        IF left(v, 2) = '=?' THEN
+            ew := outbox__encoded_word_v1(v);
+            IF ew.kind = 'invalid' THEN
+                valid_ew := false;
+            ELSIF ew.kind = 'ok' THEN
+                IF ew.problem IS NOT NULL THEN RETURN ew.problem; END IF;
+                IF last_ IS NOT NULL AND last_ <> 'fws' THEN
+                    RETURN 'has an encoded word not preceded by whitespace';
+                END IF;
+                v := ew.rest;
+                last_ := 'ew';
+                CONTINUE;
+            END IF;
+        END IF;
+        tok := substring(v FROM '^[^ \t]*');
+        IF valid_ew AND tok ~ '=\?[^?]*\?[qQbB]\?.*?\?=' THEN
+            tok := split_part(v, '=?', 1);
+        END IF;
+        IF tok = '' THEN RAISE EXCEPTION 'unstructured header: no progress'; END IF;  -- cannot happen
+        v := substr(v, length(tok) + 1);
+        last_ := 'vtext';
+    END LOOP;
+    RETURN NULL;
+END $f$;
+
+-- headers.split_address_list: commas inside a quoted string do not separate.
+CREATE OR REPLACE FUNCTION outbox__split_address_list_v1(value text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    items text[] := '{}';
+    start_ int := 1;
+    quoted boolean := false;
+    escaped boolean := false;
+    ch text;
+BEGIN
+    FOR i IN 1 .. length(value) LOOP
+        ch := substr(value, i, 1);
+        IF quoted THEN
+            IF escaped THEN escaped := false;
+            ELSIF ch = '\' THEN escaped := true;
+            ELSIF ch = '"' THEN quoted := false;
+            END IF;
+        ELSIF ch = '"' THEN
+            quoted := true;
+        ELSIF ch = ',' THEN
+            items := items || substr(value, start_, i - start_);
+            start_ := i + 1;
+        END IF;
+    END LOOP;
+    RETURN items || substr(value, start_);
+END $f$;
+
+-- headers.header_problem for a custom header: a date as DATE_PATTERN and a valid
+-- time, addresses as the recipient fields take them, else an unstructured value.
+CREATE OR REPLACE FUNCTION outbox__header_value_problem_v1(name text, value text) RETURNS text
+LANGUAGE plpgsql AS $f$
+DECLARE
+    lower_ text := lower(name);
+    d text[];
+    zone int;
+    items text[];
+    msg text;
+BEGIN
+    IF lower_ IN ('resent-date', 'orig-date') THEN
+        IF value !~ 'DATE_PATTERN' THEN
+            RETURN 'must be an RFC 5322 date such as ''Tue, 1 Jul 2003 10:52:37 +0200'' (numeric zone, no comments)';
+        END IF;
+        -- email.utils.parsedate_to_datetime: a real day and time, a zone under 24 hours.
+        d := regexp_match(value, '([0-9]+) +([A-Z][a-z]{2}) +([0-9]{4}) +([0-9]{2}):([0-9]{2})(?::([0-9]{2}))? +[+-]([0-9]{4})$');
+        zone := d[7]::int;
+        IF d[1]::int < 1 OR d[1]::int > extract(day FROM make_date(d[3]::int, (strpos('JanFebMarAprMayJunJulAugSepOctNovDec',
+                d[2]) + 2) / 3, 1) + interval '1 month' - interval '1 day')
+           OR d[4]::int > 23 OR d[5]::int > 59 OR coalesce(d[6], '0')::int > 59
+           OR (zone / 100) * 3600 + (zone % 100) * 60 >= 86400 THEN
+            RETURN format('does not parse as a %s header (InvalidDateDefect)', name);
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF lower_ IN ('resent-from', 'resent-sender', 'resent-to', 'resent-cc', 'resent-bcc') THEN
+        IF lower_ NOT IN ('resent-from', 'resent-sender') AND value ~ 'EMPTY_GROUP_PATTERN' THEN RETURN NULL; END IF;
+        items := outbox__split_address_list_v1(value);
+        IF lower_ = 'resent-sender' AND cardinality(items) <> 1 THEN RETURN 'must be one address'; END IF;
+        FOR i IN 1 .. cardinality(items) LOOP
+            BEGIN
+                PERFORM outbox__address_v1('headers', items[i]);
+            EXCEPTION WHEN SQLSTATE 'OB001' THEN
+                GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+                RETURN format('address %s %s', i - 1, substr(msg, length('headers: ') + 1));
+            END;
+        END LOOP;
+        RETURN NULL;
+    END IF;
+    RETURN outbox__unstructured_problem_v1(value);
+END $f$;
 """
 
 EMAIL = r"""
@@ -73,6 +278,7 @@ DECLARE
     bound bigint;
     h json;
     hj jsonb;
+    problem text;
     mid uuid := coalesce(message_id, gen_random_uuid());
 BEGIN
     -- The payload model's fields in their order (email/payload.py), then the rules across them.
@@ -121,12 +327,9 @@ BEGIN
             PERFORM outbox__refuse_v1('headers', name_ || ': the value is longer than 995 characters once encoded '
                                                           '(SES API v2, MessageHeader)');
         END IF;
-        -- Structured headers, and encoded words, need the email package's parser: not taken here.
-        IF lower(name_) IN ('resent-date', 'resent-sender', 'resent-from', 'resent-to', 'resent-cc',
-                            'resent-bcc', 'orig-date') OR value_ ~ '=\?' THEN
-            PERFORM outbox__refuse_v1('headers', name_ || ': this function does not take Resent-*/Orig-Date headers '
-                                                          'or values with ''=?'' (the Python API does)');
-        END IF;
+        -- As the email package parses it (headers.header_problem).
+        problem := outbox__header_value_problem_v1(name_, value_);
+        IF problem IS NOT NULL THEN PERFORM outbox__refuse_v1('headers', name_ || ': the value ' || problem); END IF;
         hj := coalesce(hj, '{}') || jsonb_build_object(name_, value_);
     END LOOP;
     -- tags
@@ -252,7 +455,9 @@ END $f$;
 """
 
 #: The functions this migration creates (the others it replaces are 0009's).
-CREATED = ["outbox__guess_content_type_v1(text)"]
+CREATED = ["outbox__header_value_problem_v1(text, text)", "outbox__split_address_list_v1(text)",
+           "outbox__unstructured_problem_v1(text)", "outbox__encoded_word_v1(text)",
+           "outbox__guess_content_type_v1(text)"]
 #: 0009's functions this one replaces, put back by the downgrade.
 REPLACED = ["outbox_enqueue_email_v1"]
 
@@ -260,7 +465,9 @@ REPLACED = ["outbox_enqueue_email_v1"]
 def sql_text() -> str:
     """Every statement of the upgrade, the character classes and the table filled in."""
     table = _literal(json.dumps(CONTENT_TYPES, sort_keys=True)) + "::jsonb"
-    return ((HELPERS + EMAIL).replace("PYSPACE", _0009._PY_SPACE).replace("'CONTROL'", f"'{_0009._CONTROL}'")
+    return ((HELPERS + EMAIL).replace("PYNOSPACE", _0009._PY_SPACE.replace("[", "[^", 1))
+            .replace("PYSPACE", _0009._PY_SPACE).replace("'DATE_PATTERN'", _literal(DATE_PATTERN))
+            .replace("'EMPTY_GROUP_PATTERN'", _literal(EMPTY_GROUP_PATTERN)).replace("'CONTROL'", f"'{_0009._CONTROL}'")
             .replace("CONTENT_TYPES", table).replace("DEFAULT_CONTENT_TYPE", _literal(DEFAULT_CONTENT_TYPE)))
 
 

@@ -41,6 +41,9 @@ def parse_address(value: str) -> str:
         raise ValueError("is not a well-formed address")
     if len(header.groups) != 1 or header.groups[0].display_name is not None or len(header.addresses) != 1:
         raise ValueError("must be exactly one address (use a list for several)")
+    problem = encoded_word_problem(header)
+    if problem:
+        raise ValueError(problem)
     mailbox = header.addresses[0]
     try:
         checked = validate_email(mailbox.addr_spec, check_deliverability=False, allow_smtputf8=False)
@@ -50,6 +53,23 @@ def parse_address(value: str) -> str:
     if not mailbox.display_name:
         return ascii_address
     return str(Address(display_name=mailbox.display_name, addr_spec=ascii_address))
+
+
+#: The charsets an encoded word (RFC 2047) may name: the ones the SQL function decodes too.
+ENCODED_WORD_CHARSETS = frozenset({"utf-8", "us-ascii"})
+
+
+def encoded_word_problem(header) -> str | None:
+    """Why the encoded words the `email` package decoded in `header` are not taken
+    (None when they are): only UTF-8 and US-ASCII, not every charset Python knows."""
+    stack = [header._parse_tree]
+    while stack:
+        token = stack.pop()
+        if getattr(token, "token_type", None) == "encoded-word" and token.charset.lower() not in ENCODED_WORD_CHARSETS:
+            return "has an encoded word (=?charset?…?=) in a charset other than UTF-8 or US-ASCII"
+        if isinstance(token, list):
+            stack.extend(token)
+    return None
 
 
 def address_of(canonical: str) -> str:
