@@ -9,6 +9,9 @@ that take what Python takes and write the same row:
 - an attachment without `content_type` gets the type guessed from its file
   name, by the table in outbox_relay/email/content_types.txt, which Python
   reads too (and no longer the machine's /etc/mime.types);
+- addresses follow one grammar (addresses.MAILBOX_PATTERN), display names
+  read as the email package reads them: quoted strings with escapes, encoded
+  words, Unicode;
 - custom header values are read as the email package reads them: encoded
   words (UTF-8 or US-ASCII, well-formed), Resent-Date and Orig-Date as
   RFC 5322 dates, the Resent-* address headers as lists of addresses.
@@ -25,6 +28,7 @@ from importlib import import_module
 
 from alembic import op
 
+from outbox_relay.email.addresses import ADDR_SPEC_PATTERN, MAILBOX_PATTERN, NOT_IN_GRAMMAR
 from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
 from outbox_relay.email.headers import DATE_PATTERN, EMPTY_GROUP_PATTERN
 
@@ -253,6 +257,171 @@ BEGIN
 END $f$;
 """
 
+HELPERS += r"""
+-- A decoded encoded word's text as the email package's value of it: a run of
+-- whitespace that starts with a space or a tab is one space.
+CREATE OR REPLACE FUNCTION outbox__ew_value_v1(decoded text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $f$ SELECT regexp_replace(decoded, '[ \t]PYSPACE*', ' ', 'g') $f$;
+
+-- One mailbox, canonical as outbox_relay.email.addresses.parse_address returns it:
+-- MAILBOX_PATTERN, then the display name as the email package's phrase parser
+-- reads it (words: atoms, quoted strings with their escapes, encoded words; a
+-- space between words that whitespace separates), then email-validator's rules.
+CREATE OR REPLACE FUNCTION outbox__address_v1(field text, value text) RETURNS text
+LANGUAGE plpgsql AS $f$
+DECLARE
+    v text;
+    addr text;
+    tail int;
+    rest text;
+    display text := '';
+    gap boolean := false;
+    words int := 0;
+    ew record;
+    kind text;
+    run text;
+    ch text;
+    escaped boolean;
+    local_ text;
+    domain text;
+    label text;
+BEGIN
+    IF value IS NULL THEN PERFORM outbox__refuse_v1(field, 'must be a string'); END IF;
+    IF value ~ 'CONTROL' THEN
+        PERFORM outbox__refuse_v1(field, 'must not contain CR, LF, NUL or other control characters '
+                                         '(header injection)');
+    END IF;
+    v := outbox__strip_v1(value);
+    IF v = '' THEN PERFORM outbox__refuse_v1(field, 'must not be blank'); END IF;
+    IF v !~ 'MAILBOX_PATTERN' THEN
+        PERFORM outbox__refuse_v1(field, 'NOT_IN_GRAMMAR');
+    END IF;
+    IF v ~ '^ADDR_SPEC_PATTERN$' THEN
+        addr := v;
+    ELSE
+        addr := substring(v FROM '<(ADDR_SPEC_PATTERN)>$');
+        tail := length(addr) + 2;  -- '<' address '>'
+        rest := v;
+        -- The display name: each pass reads whitespace or one word of what is left before '<'.
+        WHILE length(rest) > tail LOOP
+            IF left(rest, 1) IN (' ', E'\t') THEN
+                run := substring(rest FROM '^[ \t]PYSPACE*');
+                rest := substr(rest, length(run) + 1);
+                gap := words > 0;  -- a space between words; none before the first or after the last
+                CONTINUE;
+            END IF;
+            IF gap THEN display := display || ' '; gap := false; END IF;
+            words := words + 1;
+            IF left(rest, 1) = '"' THEN
+                -- A quoted string: whitespace as written, a backslash escapes the next character
+                -- (one before a space or tab is dropped), an encoded word is a defect.
+                rest := substr(rest, 2);
+                LOOP
+                    IF rest = '' THEN PERFORM outbox__refuse_v1(field, 'is not a well-formed address'); END IF;
+                    IF left(rest, 1) = '"' THEN rest := substr(rest, 2); EXIT; END IF;
+                    IF left(rest, 1) IN (' ', E'\t') THEN
+                        run := substring(rest FROM '^[ \t]PYSPACE*');
+                        display := display || run;
+                        rest := substr(rest, length(run) + 1);
+                        CONTINUE;
+                    END IF;
+                    IF left(rest, 2) = '=?' AND (outbox__encoded_word_v1(rest)).kind = 'ok' THEN
+                        PERFORM outbox__refuse_v1(field, 'is not a well-formed address (an encoded word inside '
+                                                         'a quoted string)');
+                    END IF;
+                    escaped := false;
+                    LOOP  -- up to the next space or tab, or the closing quote
+                        ch := left(rest, 1);
+                        EXIT WHEN ch = '' OR ch IN (' ', E'\t') OR (ch = '"' AND NOT escaped);
+                        IF ch = '\' AND NOT escaped THEN
+                            escaped := true;
+                        ELSE
+                            display := display || ch;
+                            escaped := false;
+                        END IF;
+                        rest := substr(rest, 2);
+                    END LOOP;
+                END LOOP;
+            ELSE
+                kind := NULL;
+                IF left(rest, 2) = '=?' THEN
+                    ew := outbox__encoded_word_v1(rest);
+                    kind := ew.kind;
+                END IF;
+                IF kind = 'ok' THEN
+                    IF ew.problem IS NOT NULL THEN
+                        PERFORM outbox__refuse_v1(field, CASE WHEN ew.problem LIKE '%charset%' THEN ew.problem
+                                                              ELSE 'is not a well-formed address' END);
+                    END IF;
+                    display := display || outbox__ew_value_v1(ew.decoded);
+                    rest := ew.rest;
+                ELSE
+                    run := substring(rest FROM '^[^ \t()<>@,:;.\\"\[\]]+');
+                    IF run IS NULL THEN PERFORM outbox__refuse_v1(field, 'is not a well-formed address'); END IF;
+                    display := display || run;
+                    rest := substr(rest, length(run) + 1);
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
+    IF strpos(addr, '@') = 0 THEN PERFORM outbox__refuse_v1(field, 'is not a well-formed address'); END IF;
+    local_ := left(addr, length(addr) - strpos(reverse(addr), '@'));
+    domain := right(addr, strpos(reverse(addr), '@') - 1);
+    IF local_ !~ '^[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*$' THEN
+        PERFORM outbox__refuse_v1(field, CASE WHEN local_ ~ '[^\u0001-\u007f]'
+            THEN 'has a non-ASCII local part (before the @), which SES does not accept'
+            ELSE 'is not a well-formed address' END);
+    END IF;
+    IF length(local_) > 64 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (too long before the @-sign)');
+    END IF;
+    domain := lower(domain);
+    IF domain ~ '[^\u0001-\u007f]' THEN
+        PERFORM outbox__refuse_v1(field, 'has an internationalised domain, which this function does not take '
+                                         '(the Python API converts it to Punycode)');
+    END IF;
+    IF domain !~ '^[a-z0-9.-]+$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains invalid '
+                                         'characters)');
+    END IF;
+    IF strpos(domain, '.') = 0 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign should have a period)');
+    END IF;
+    IF domain !~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not well formed)');
+    END IF;
+    FOREACH label IN ARRAY string_to_array(domain, '.') LOOP
+        IF length(label) > 63 THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
+        END IF;
+        IF label LIKE 'xn--%' THEN
+            PERFORM outbox__refuse_v1(field, 'has a Punycode domain label, which this function does not take '
+                                             '(the Python API checks it with the idna package)');
+        END IF;
+        IF substr(label, 3, 2) = '--' THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes '
+                                             'start a domain label, except Punycode)');
+        END IF;
+    END LOOP;
+    IF domain !~ '[a-z]$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (not within a valid top-level domain)');
+    END IF;
+    IF domain ~ '(^|\.)(arpa|invalid|local|localhost|onion|test)$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (a special-use or reserved name)');
+    END IF;
+    IF length(domain) > 253 OR length(local_) + 1 + length(domain) > 254 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (too long)');
+    END IF;
+    addr := local_ || '@' || domain;
+    IF display = '' THEN RETURN addr; END IF;
+    -- headerregistry.Address quotes a display name holding a special, escaping '\' and '"'.
+    IF display ~ '[()<>@,:;.\\"\[\]]' THEN
+        display := '"' || replace(replace(display, '\', '\\'), '"', '\"') || '"';
+    END IF;
+    RETURN display || ' <' || addr || '>';
+END $f$;
+"""
+
 EMAIL = r"""
 CREATE OR REPLACE FUNCTION outbox_enqueue_email_v1(
     "to" text[] DEFAULT '{}', subject text DEFAULT NULL, html text DEFAULT NULL, text text DEFAULT NULL,
@@ -455,11 +624,11 @@ END $f$;
 """
 
 #: The functions this migration creates (the others it replaces are 0009's).
-CREATED = ["outbox__header_value_problem_v1(text, text)", "outbox__split_address_list_v1(text)",
+CREATED = ["outbox__ew_value_v1(text)", "outbox__header_value_problem_v1(text, text)", "outbox__split_address_list_v1(text)",
            "outbox__unstructured_problem_v1(text)", "outbox__encoded_word_v1(text)",
            "outbox__guess_content_type_v1(text)"]
 #: 0009's functions this one replaces, put back by the downgrade.
-REPLACED = ["outbox_enqueue_email_v1"]
+REPLACED = ["outbox_enqueue_email_v1", "outbox__address_v1"]
 
 
 def sql_text() -> str:
@@ -467,7 +636,10 @@ def sql_text() -> str:
     table = _literal(json.dumps(CONTENT_TYPES, sort_keys=True)) + "::jsonb"
     return ((HELPERS + EMAIL).replace("PYNOSPACE", _0009._PY_SPACE.replace("[", "[^", 1))
             .replace("PYSPACE", _0009._PY_SPACE).replace("'DATE_PATTERN'", _literal(DATE_PATTERN))
-            .replace("'EMPTY_GROUP_PATTERN'", _literal(EMPTY_GROUP_PATTERN)).replace("'CONTROL'", f"'{_0009._CONTROL}'")
+            .replace("'EMPTY_GROUP_PATTERN'", _literal(EMPTY_GROUP_PATTERN))
+            .replace("'MAILBOX_PATTERN'", _literal(MAILBOX_PATTERN)).replace("'NOT_IN_GRAMMAR'", _literal(NOT_IN_GRAMMAR))
+            .replace("'^ADDR_SPEC_PATTERN$'", _literal(f"^{ADDR_SPEC_PATTERN}$"))
+            .replace("'<(ADDR_SPEC_PATTERN)>$'", _literal(f"<({ADDR_SPEC_PATTERN})>$")).replace("'CONTROL'", f"'{_0009._CONTROL}'")
             .replace("CONTENT_TYPES", table).replace("DEFAULT_CONTENT_TYPE", _literal(DEFAULT_CONTENT_TYPE)))
 
 

@@ -1,5 +1,6 @@
-"""Email addresses: one mailbox, parsed by the standard library's RFC 5322
-parser (`email.headerregistry`) and checked by `email-validator`; the local
+"""Email addresses: one mailbox in the grammar of MAILBOX_PATTERN, parsed by
+the standard library's RFC 5322 parser (`email.headerregistry`) and checked by
+`email-validator`; the local
 part must be ASCII (SES does not accept SMTPUTF8 addresses), an
 internationalised domain is kept in its ASCII (punycode) form."""
 
@@ -18,6 +19,18 @@ from email_validator import EmailNotValidError, validate_email
 CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+# The one grammar of a mailbox both APIs take (docs/decisions/0052), written for
+# Python's re and PostgreSQL's regular expressions alike: an address, or a
+# display name of words (atoms, quoted strings, encoded words) and an address
+# in angle brackets. No comments, no obsolete forms, no encoded word in the address.
+ADDR_SPEC_PATTERN = r'(?!=\?)[^ \t()<>@,:;\\"\[\]]+@(?!=\?)[^ \t()<>@,:;\\"\[\]]+'
+PHRASE_PATTERN = r'(?:"(?:[^"\\]|\\.)*"|=\?[^? \t]*\?[bBqQ]\?[^? \t]*\?=|[^ \t()<>@,:;.\\"\[\]]|[ \t])+'
+MAILBOX_PATTERN = rf"^(?:{ADDR_SPEC_PATTERN}|(?:{PHRASE_PATTERN})?<{ADDR_SPEC_PATTERN}>)$"
+_MAILBOX_RE = re.compile(MAILBOX_PATTERN)
+NOT_IN_GRAMMAR = ('is not a well-formed address in a form taken here: address, <address>, Display Name <address> '
+                  'or "Quoted Name" <address> (no comments, no encoded word in the address)')
+
+
 def parse_address(value: str) -> str:
     """Validate one mailbox (``addr@example.com`` or ``Display Name <addr@example.com>``)
     and return its canonical form: the display name kept as given (UTF-8 allowed),
@@ -29,7 +42,8 @@ def parse_address(value: str) -> str:
         raise ValueError("must be a string")
     if CONTROL_RE.search(value):
         raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
-    if not value.strip():
+    value = value.strip()
+    if not value:
         raise ValueError("must not be blank")
     try:
         header = email_policy.default.header_factory("To", value)
@@ -41,6 +55,8 @@ def parse_address(value: str) -> str:
         raise ValueError("is not a well-formed address")
     if len(header.groups) != 1 or header.groups[0].display_name is not None or len(header.addresses) != 1:
         raise ValueError("must be exactly one address (use a list for several)")
+    if not _MAILBOX_RE.fullmatch(value):
+        raise ValueError(NOT_IN_GRAMMAR)
     problem = encoded_word_problem(header)
     if problem:
         raise ValueError(problem)
