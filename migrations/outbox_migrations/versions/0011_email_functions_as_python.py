@@ -15,6 +15,12 @@ that take what Python takes and write the same row:
 - custom header values are read as the email package reads them: encoded
   words (UTF-8 or US-ASCII, well-formed), Resent-Date and Orig-Date as
   RFC 5322 dates, the Resent-* address headers as lists of addresses.
+- internationalised and Punycode domains are checked as email-validator and
+  idna check them and stored in ASCII form; the data of each code point is
+  the table outbox_idna_codepoint, filled here from those libraries and
+  unicodedata.
+
+What remains different: the MIME size is bounded from above, as in 0009.
 
 tests/integration/test_sql_functions.py holds both to that with hypothesis.
 
@@ -22,11 +28,15 @@ Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-02
 """
+import functools
 import json
 import re
+import unicodedata
 from importlib import import_module
 
 from alembic import op
+from email_validator.syntax import uts46_valid_char
+from idna import idnadata, uts46data
 
 from outbox_relay.email.addresses import ADDR_SPEC_PATTERN, MAILBOX_PATTERN, NOT_IN_GRAMMAR
 from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
@@ -284,7 +294,6 @@ DECLARE
     escaped boolean;
     local_ text;
     domain text;
-    label text;
 BEGIN
     IF value IS NULL THEN PERFORM outbox__refuse_v1(field, 'must be a string'); END IF;
     IF value ~ 'CONTROL' THEN
@@ -375,43 +384,8 @@ BEGIN
     IF length(local_) > 64 THEN
         PERFORM outbox__refuse_v1(field, 'is not a valid address (too long before the @-sign)');
     END IF;
-    domain := lower(domain);
-    IF domain ~ '[^\u0001-\u007f]' THEN
-        PERFORM outbox__refuse_v1(field, 'has an internationalised domain, which this function does not take '
-                                         '(the Python API converts it to Punycode)');
-    END IF;
-    IF domain !~ '^[a-z0-9.-]+$' THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains invalid '
-                                         'characters)');
-    END IF;
-    IF strpos(domain, '.') = 0 THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign should have a period)');
-    END IF;
-    IF domain !~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$' THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not well formed)');
-    END IF;
-    FOREACH label IN ARRAY string_to_array(domain, '.') LOOP
-        IF length(label) > 63 THEN
-            PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
-        END IF;
-        IF label LIKE 'xn--%' THEN
-            PERFORM outbox__refuse_v1(field, 'has a Punycode domain label, which this function does not take '
-                                             '(the Python API checks it with the idna package)');
-        END IF;
-        IF substr(label, 3, 2) = '--' THEN
-            PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes '
-                                             'start a domain label, except Punycode)');
-        END IF;
-    END LOOP;
-    IF domain !~ '[a-z]$' THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (not within a valid top-level domain)');
-    END IF;
-    IF domain ~ '(^|\.)(arpa|invalid|local|localhost|onion|test)$' THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (a special-use or reserved name)');
-    END IF;
-    IF length(domain) > 253 OR length(local_) + 1 + length(domain) > 254 THEN
-        PERFORM outbox__refuse_v1(field, 'is not a valid address (too long)');
-    END IF;
+    -- The email package's Domain.domain drops whitespace (str.split), which atoms may hold.
+    domain := outbox__domain_v1(field, local_, regexp_replace(domain, 'PYSPACE', '', 'g'));
     addr := local_ || '@' || domain;
     IF display = '' THEN RETURN addr; END IF;
     -- headerregistry.Address quotes a display name holding a special, escaping '\' and '"'.
@@ -419,6 +393,365 @@ BEGIN
         display := '"' || replace(replace(display, '\', '\\'), '"', '\"') || '"';
     END IF;
     RETURN display || ' <' || addr || '>';
+END $f$;
+"""
+
+IDNA = r"""
+-- One code point's data for the IDNA rules (the row whose range holds it).
+CREATE OR REPLACE FUNCTION outbox__codepoint_v1(cp int) RETURNS outbox_idna_codepoint
+LANGUAGE sql STABLE AS $f$
+    SELECT * FROM outbox_idna_codepoint WHERE lo <= cp ORDER BY lo DESC LIMIT 1
+$f$;
+
+-- RFC 3492 Punycode, as Python's "punycode" codec writes it.
+CREATE OR REPLACE FUNCTION outbox__punycode_adapt_v1(delta bigint, points int, first_ boolean) RETURNS int
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    k int := 0;
+BEGIN
+    delta := CASE WHEN first_ THEN delta / 700 ELSE delta / 2 END;
+    delta := delta + delta / points;
+    WHILE delta > 455 LOOP
+        delta := delta / 35;
+        k := k + 36;
+    END LOOP;
+    RETURN k + (36 * delta) / (delta + 38);
+END $f$;
+
+CREATE OR REPLACE FUNCTION outbox__punycode_encode_v1(label text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    cps int[] := ARRAY(SELECT ascii(cc) FROM regexp_split_to_table(label, '') WITH ORDINALITY AS u(cc, o) ORDER BY o);
+    out text := '';
+    n int := 128;
+    delta bigint := 0;
+    bias int := 72;
+    b int;
+    h int;
+    m int;
+    q bigint;
+    k int;
+    t int;
+    c int;
+    d int;
+BEGIN
+    SELECT string_agg(chr(x), '' ORDER BY o) INTO out FROM unnest(cps) WITH ORDINALITY AS u(x, o) WHERE x < 128;
+    out := coalesce(out, '');
+    b := length(out);
+    h := b;
+    IF b > 0 THEN out := out || '-'; END IF;
+    WHILE h < cardinality(cps) LOOP
+        SELECT min(x) INTO m FROM unnest(cps) AS x WHERE x >= n;
+        delta := delta + (m - n)::bigint * (h + 1);
+        n := m;
+        FOREACH c IN ARRAY cps LOOP
+            IF c < n THEN delta := delta + 1; END IF;
+            IF c = n THEN
+                q := delta;
+                k := 36;
+                LOOP
+                    t := CASE WHEN k <= bias THEN 1 WHEN k >= bias + 26 THEN 26 ELSE k - bias END;
+                    EXIT WHEN q < t;
+                    d := t + ((q - t) % (36 - t))::int;
+                    out := out || chr(CASE WHEN d < 26 THEN 97 + d ELSE 22 + d END);
+                    q := (q - t) / (36 - t);
+                    k := k + 36;
+                END LOOP;
+                out := out || chr(CASE WHEN q < 26 THEN 97 + q::int ELSE 22 + q::int END);
+                bias := outbox__punycode_adapt_v1(delta, h + 1, h = b);
+                delta := 0;
+                h := h + 1;
+            END IF;
+        END LOOP;
+        delta := delta + 1;
+        n := n + 1;
+    END LOOP;
+    RETURN out;
+END $f$;
+
+-- NULL when `s` is not Punycode (a code point past U+10FFFF, a surrogate, a bad digit, cut short).
+CREATE OR REPLACE FUNCTION outbox__punycode_decode_v1(s text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    pos int := length(s) - strpos(reverse(s), '-') + 1;
+    out int[];
+    ext text;
+    n numeric := 128;
+    i numeric := 0;
+    bias int := 72;
+    idx int := 1;
+    oldi numeric;
+    w numeric;
+    k int;
+    t int;
+    digit int;
+    ch int;
+BEGIN
+    IF strpos(s, '-') = 0 THEN
+        out := '{}';
+        ext := s;
+    ELSE
+        out := ARRAY(SELECT ascii(cc) FROM regexp_split_to_table(left(s, pos - 1), '') WITH ORDINALITY AS u(cc, o)
+                      ORDER BY o);
+        IF left(s, pos - 1) = '' THEN out := '{}'; END IF;
+        ext := substr(s, pos + 1);
+    END IF;
+    WHILE idx <= length(ext) LOOP
+        oldi := i;
+        w := 1;
+        k := 36;
+        LOOP
+            IF idx > length(ext) THEN RETURN NULL; END IF;
+            ch := ascii(upper(substr(ext, idx, 1)));
+            idx := idx + 1;
+            digit := CASE WHEN ch BETWEEN 65 AND 90 THEN ch - 65 WHEN ch BETWEEN 48 AND 57 THEN ch - 22 END;
+            IF digit IS NULL THEN RETURN NULL; END IF;
+            i := i + digit * w;
+            t := CASE WHEN k <= bias THEN 1 WHEN k >= bias + 26 THEN 26 ELSE k - bias END;
+            EXIT WHEN digit < t;
+            w := w * (36 - t);
+            k := k + 36;
+        END LOOP;
+        IF i - oldi > 9223372036854775807 THEN RETURN NULL; END IF;  -- far past U+10FFFF
+        bias := outbox__punycode_adapt_v1((i - oldi)::bigint, cardinality(out) + 1, oldi = 0);
+        n := n + div(i, cardinality(out) + 1);
+        i := mod(i, cardinality(out) + 1);
+        IF n > 1114111 OR n BETWEEN 55296 AND 57343 OR n = 0 THEN RETURN NULL; END IF;
+        out := out[1:i] || n::int || out[i + 1:];
+        i := i + 1;
+    END LOOP;
+    RETURN (SELECT coalesce(string_agg(chr(x), '' ORDER BY o), '') FROM unnest(out) WITH ORDINALITY AS u(x, o));
+END $f$;
+
+-- idna.check_bidi (RFC 5893), for one label: true when it holds.
+CREATE OR REPLACE FUNCTION outbox__check_bidi_v1(label text, check_ltr boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $f$
+DECLARE
+    dirs text[] := ARRAY(SELECT (outbox__codepoint_v1(ascii(cc))).bidi
+                           FROM regexp_split_to_table(label, '') WITH ORDINALITY AS u(cc, o) ORDER BY o);
+    rtl boolean;
+    valid_ending boolean := false;
+    number_type text;
+    d text;
+BEGIN
+    IF array_position(dirs, NULL) IS NOT NULL THEN RETURN false; END IF;
+    IF NOT check_ltr AND NOT dirs && ARRAY['R', 'AL', 'AN'] THEN RETURN true; END IF;
+    IF dirs[1] IN ('R', 'AL') THEN rtl := true;
+    ELSIF dirs[1] = 'L' THEN rtl := false;
+    ELSE RETURN false;
+    END IF;
+    FOREACH d IN ARRAY dirs LOOP
+        IF rtl THEN
+            IF d NOT IN ('EN', 'ES', 'ET', 'ON', 'AN', 'NSM', 'AL', 'BN', 'R', 'CS') THEN RETURN false; END IF;
+            IF d IN ('R', 'AL', 'EN', 'AN') THEN valid_ending := true;
+            ELSIF d <> 'NSM' THEN valid_ending := false;
+            END IF;
+            IF d IN ('EN', 'AN') THEN
+                IF number_type IS NULL THEN number_type := d;
+                ELSIF number_type <> d THEN RETURN false;
+                END IF;
+            END IF;
+        ELSE
+            IF d NOT IN ('EN', 'ES', 'ET', 'ON', 'NSM', 'BN', 'CS', 'L') THEN RETURN false; END IF;
+            IF d IN ('L', 'EN') THEN valid_ending := true;
+            ELSIF d <> 'NSM' THEN valid_ending := false;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN valid_ending;
+END $f$;
+
+-- idna.check_label (IDNA 2008, RFC 5891 and 5892): true when the label is valid.
+CREATE OR REPLACE FUNCTION outbox__check_label_v1(label text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $f$
+DECLARE
+    cps int[] := ARRAY(SELECT ascii(cc) FROM regexp_split_to_table(label, '') WITH ORDINALITY AS u(cc, o) ORDER BY o);
+    len int := cardinality(cps);
+    r outbox_idna_codepoint;
+    p outbox_idna_codepoint;
+    cp int;
+    j int;
+    ok boolean;
+BEGIN
+    IF label = '' OR len > 254 OR normalize(label, NFC) <> label THEN RETURN false; END IF;
+    IF substr(label, 3, 2) = '--' OR left(label, 1) = '-' OR right(label, 1) = '-' THEN RETURN false; END IF;
+    IF (outbox__codepoint_v1(cps[1])).category LIKE 'M%' THEN RETURN false; END IF;
+    FOR pos IN 1 .. len LOOP
+        cp := cps[pos];
+        r := outbox__codepoint_v1(cp);
+        CONTINUE WHEN r.idna_class = 'P';
+        IF r.idna_class = 'J' THEN
+            IF pos > 1 THEN
+                p := outbox__codepoint_v1(cps[pos - 1]);
+                IF p.unnamed THEN RETURN false; END IF;  -- idna: an unknown code point next to a joiner
+                CONTINUE WHEN p.ccc = 9;                 -- after a virama
+            END IF;
+            IF cp <> 8204 THEN RETURN false; END IF;     -- U+200D only after a virama
+            ok := false;
+            FOR j IN REVERSE pos - 1 .. 1 LOOP
+                r := outbox__codepoint_v1(cps[j]);
+                CONTINUE WHEN r.joining = 'T';
+                ok := coalesce(r.joining IN ('L', 'D'), false);
+                EXIT;
+            END LOOP;
+            IF NOT ok THEN RETURN false; END IF;
+            ok := false;
+            FOR j IN pos + 1 .. len LOOP
+                r := outbox__codepoint_v1(cps[j]);
+                CONTINUE WHEN r.joining = 'T';
+                ok := coalesce(r.joining IN ('R', 'D'), false);
+                EXIT;
+            END LOOP;
+            IF NOT ok THEN RETURN false; END IF;
+        ELSIF r.idna_class = 'O' THEN
+            ok := coalesce(CASE
+                WHEN cp = 183 THEN pos > 1 AND pos < len AND cps[pos - 1] = 108 AND cps[pos + 1] = 108
+                WHEN cp = 885 THEN pos < len AND (outbox__codepoint_v1(cps[pos + 1])).script = 'Greek'
+                WHEN cp IN (1523, 1524) THEN pos > 1 AND (outbox__codepoint_v1(cps[pos - 1])).script = 'Hebrew'
+                WHEN cp = 12539 THEN EXISTS (SELECT FROM unnest(cps) AS x WHERE x <> 12539
+                                             AND (outbox__codepoint_v1(x)).script IN ('Hiragana', 'Katakana', 'Han'))
+                WHEN cp BETWEEN 1632 AND 1641 THEN NOT EXISTS (SELECT FROM unnest(cps) AS x WHERE x BETWEEN 1776 AND 1785)
+                WHEN cp BETWEEN 1776 AND 1785 THEN NOT EXISTS (SELECT FROM unnest(cps) AS x WHERE x BETWEEN 1632 AND 1641)
+                ELSE false END, false);
+            IF NOT ok THEN RETURN false; END IF;
+        ELSE
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN outbox__check_bidi_v1(label, false);
+END $f$;
+
+-- idna.ulabel of an ASCII label: a Punycode label decoded (NULL when it is not a
+-- valid, canonical one), any other checked as it is.
+CREATE OR REPLACE FUNCTION outbox__ulabel_v1(label text) RETURNS text
+LANGUAGE plpgsql STABLE AS $f$
+DECLARE
+    body text;
+    u text;
+BEGIN
+    label := lower(label);
+    IF label NOT LIKE 'xn--%' THEN
+        RETURN CASE WHEN outbox__check_label_v1(label) THEN label END;
+    END IF;
+    body := substr(label, 5);
+    IF body = '' OR right(body, 1) = '-' THEN RETURN NULL; END IF;
+    u := outbox__punycode_decode_v1(body);
+    IF u IS NULL OR outbox__punycode_encode_v1(u) <> body OR NOT outbox__check_label_v1(u) THEN RETURN NULL; END IF;
+    RETURN u;
+END $f$;
+
+-- email-validator's check_unsafe_chars: letters, numbers, punctuation and symbols,
+-- marks but not first; no spaces, separators, controls, format or unassigned code points.
+CREATE OR REPLACE FUNCTION outbox__unsafe_v1(value text) RETURNS boolean
+LANGUAGE sql STABLE AS $f$
+    SELECT EXISTS (SELECT FROM regexp_split_to_table(value, '') WITH ORDINALITY AS u(cc, o)
+                    WHERE left((outbox__codepoint_v1(ascii(cc))).category, 1) NOT IN ('L', 'N', 'P', 'S', 'M')
+                       OR (o = 1 AND (outbox__codepoint_v1(ascii(cc))).category LIKE 'M%'))
+$f$;
+
+-- The domain of an address as email-validator's validate_email_domain_name (and the
+-- lengths of validate_email_length) take it: refused naming `field`, else its ASCII
+-- (Punycode) form. Every refusal names the one field; the order of the checks is Python's.
+CREATE OR REPLACE FUNCTION outbox__domain_v1(field text, local_ text, domain text) RETURNS text
+LANGUAGE plpgsql STABLE AS $f$
+DECLARE
+    d text := '';
+    r outbox_idna_codepoint;
+    c text;
+    labels text[];
+    label text;
+    ascii_ text;
+    i18n text;
+    u text;
+    bad text := 'is not a valid address (the part after the @-sign is not valid)';
+BEGIN
+    IF length(domain) > 253 THEN PERFORM outbox__refuse_v1(field, 'is not a valid address (too long after the @-sign)'); END IF;
+    IF domain ~ '[\u0001-\u002c\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007f]' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains invalid characters)');
+    END IF;
+    IF domain ~ '^[\u0001-\u007f]*$' THEN
+        d := lower(domain);
+    ELSE
+        IF outbox__unsafe_v1(domain) THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains unsafe characters)');
+        END IF;
+        -- UTS 46: valid and deviation code points kept, mapped ones replaced, ignored ones dropped.
+        FOR c IN SELECT x FROM regexp_split_to_table(domain, '') WITH ORDINALITY AS u(x, o) ORDER BY o LOOP
+            r := outbox__codepoint_v1(ascii(c));
+            IF NOT r.uts46_valid OR r.status NOT IN ('V', 'D', 'M', 'I') THEN
+                PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign contains invalid '
+                                                 'characters)');
+            END IF;
+            d := d || CASE r.status WHEN 'M' THEN r.replacement WHEN 'I' THEN '' ELSE c END;
+        END LOOP;
+        d := normalize(d, NFC);
+    END IF;
+    IF d ~ '[\u0001-\u002c\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007f]' THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+    IF d ~ '(^[.-]|[.-]$|\.\.|\.-|-\.)' OR d = '' THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+    labels := string_to_array(d, '.');
+    FOREACH label IN ARRAY labels LOOP
+        IF substr(label, 3, 2) = '--' AND lower(left(label, 2)) <> 'xn' THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes start a '
+                                             'domain label, except Punycode)');
+        END IF;
+    END LOOP;
+    IF d ~ '^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)(\.([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?))*$' THEN
+        ascii_ := d;
+    ELSE
+        ascii_ := '';
+        FOREACH label IN ARRAY labels LOOP
+            IF label ~ '^[\u0001-\u007f]*$' THEN
+                IF outbox__ulabel_v1(label) IS NULL THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+            ELSE
+                IF NOT outbox__check_label_v1(label) THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+                label := 'xn--' || outbox__punycode_encode_v1(label);
+            END IF;
+            IF length(label) > 63 THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+            ascii_ := ascii_ || CASE WHEN ascii_ = '' THEN '' ELSE '.' END || label;
+        END LOOP;
+        IF ascii_ !~ '^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)(\.([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?))*$' THEN
+            PERFORM outbox__refuse_v1(field, bad);
+        END IF;
+    END IF;
+    IF length(ascii_) > 253 THEN PERFORM outbox__refuse_v1(field, 'is not a valid address (too long)'); END IF;
+    FOREACH label IN ARRAY string_to_array(ascii_, '.') LOOP
+        IF length(label) > 63 THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
+        END IF;
+    END LOOP;
+    IF strpos(ascii_, '.') = 0 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign should have a period)');
+    END IF;
+    IF ascii_ !~ '[A-Za-z]$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (not within a valid top-level domain)');
+    END IF;
+    IF ascii_ ~ '(^|\.)(arpa|invalid|local|localhost|onion|test)$' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (a special-use or reserved name)');
+    END IF;
+    i18n := ascii_;
+    IF strpos(ascii_, 'xn--') > 0 THEN
+        -- A Punycode domain must be IDNA as it is (idna.decode), then safe, then the Bidi Rule
+        -- across all its labels when one of them is right-to-left.
+        i18n := '';
+        FOREACH label IN ARRAY string_to_array(ascii_, '.') LOOP
+            u := outbox__ulabel_v1(label);
+            IF u IS NULL THEN
+                PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not valid IDNA)');
+            END IF;
+            i18n := i18n || CASE WHEN i18n = '' THEN '' ELSE '.' END || u;
+        END LOOP;
+        IF i18n ~ '[\u0001-\u002c\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007f]' OR outbox__unsafe_v1(i18n) THEN PERFORM outbox__refuse_v1(field, bad); END IF;
+        IF EXISTS (SELECT FROM regexp_split_to_table(i18n, '') AS cc
+                    WHERE (outbox__codepoint_v1(ascii(cc))).bidi IN ('R', 'AL', 'AN'))
+           AND EXISTS (SELECT FROM unnest(string_to_array(i18n, '.')) AS l WHERE NOT outbox__check_bidi_v1(l, true)) THEN
+            PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not valid IDNA)');
+        END IF;
+    END IF;
+    IF octet_length(local_ || '@' || domain) > 254 OR octet_length(local_ || '@' || i18n) > 254
+       OR length(local_ || '@' || ascii_) > 254 THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (too long)');
+    END IF;
+    RETURN ascii_;
 END $f$;
 """
 
@@ -623,8 +956,72 @@ BEGIN
 END $f$;
 """
 
+
+#: The IDNA data of each code point, one row per range of code points alike:
+#: email-validator's uts46_valid_char, the idna package's UTS 46 status and
+#: mapping, IDNA 2008 class (PVALID, CONTEXTJ, CONTEXTO), joining type and the
+#: scripts its CONTEXTO rules name, and unicodedata's category, bidirectional
+#: class and combining class. Generated here from the libraries the Python API
+#: runs, so both read one source (a test compares them).
+TABLE = """
+CREATE TABLE outbox_idna_codepoint (
+    lo integer PRIMARY KEY,  -- the first code point of the range; the range ends where the next row starts
+    uts46_valid boolean NOT NULL, status text NOT NULL, replacement text, category text NOT NULL,
+    idna_class text, bidi text, joining text, ccc integer NOT NULL, unnamed boolean NOT NULL, script text
+);
+-- Public Unicode data: any role that may enqueue may read it.
+GRANT SELECT ON outbox_idna_codepoint TO PUBLIC
+"""
+_COLUMNS = ("lo", "uts46_valid", "status", "replacement", "category", "idna_class", "bidi", "joining", "ccc",
+            "unnamed", "script")
+
+
+def _fill(table: list, ranges: tuple, code: str) -> None:
+    for r in ranges:
+        lo, hi = r >> 32, r & 0xFFFFFFFF
+        table[lo:hi] = [code] * (hi - lo)
+
+@functools.lru_cache(maxsize=1)
+def codepoint_rows() -> str:
+    """The rows of outbox_idna_codepoint as JSON (computed once a process: it walks every code point)."""
+    n = 0x110000
+    cls = [None] * n
+    for k, name in (("P", "PVALID"), ("J", "CONTEXTJ"), ("O", "CONTEXTO")):
+        _fill(cls, idnadata.codepoint_classes[name], k)
+    script = [None] * n
+    for k in ("Greek", "Hebrew", "Hiragana", "Katakana", "Han"):
+        _fill(script, idnadata.scripts[k], k)
+    joining = [None] * n
+    for k, r in idnadata.joining_types.items():
+        _fill(joining, r, k)
+    status = [None] * n
+    repl = [None] * n
+    starts = list(uts46data.uts46_starts) + [n]
+    for i in range(len(uts46data.uts46_starts)):
+        lo, hi = starts[i], starts[i + 1]
+        s = chr(uts46data.uts46_statuses[i])
+        status[lo:hi] = [s] * (hi - lo)
+        if s == "M":
+            repl[lo:hi] = [uts46data.uts46_replacements[i]] * (hi - lo)
+    out = []
+    prev = None
+    cat_, bidi_, comb_, name_ = unicodedata.category, unicodedata.bidirectional, unicodedata.combining, unicodedata.name
+    for cp in range(n):
+        ch = chr(cp)
+        comb = comb_(ch)
+        t = (uts46_valid_char(ch), status[cp], repl[cp], cat_(ch), cls[cp], bidi_(ch) or None, joining[cp], comb,
+             comb == 0 and not name_(ch, ""), script[cp])
+        if t != prev:
+            out.append(dict(zip(_COLUMNS, (cp,) + t)))
+            prev = t
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+
+
 #: The functions this migration creates (the others it replaces are 0009's).
-CREATED = ["outbox__ew_value_v1(text)", "outbox__header_value_problem_v1(text, text)", "outbox__split_address_list_v1(text)",
+CREATED = ["outbox__domain_v1(text, text, text)", "outbox__unsafe_v1(text)", "outbox__ulabel_v1(text)",
+           "outbox__check_label_v1(text)", "outbox__check_bidi_v1(text, boolean)", "outbox__punycode_decode_v1(text)",
+           "outbox__punycode_encode_v1(text)", "outbox__punycode_adapt_v1(bigint, int, boolean)",
+           "outbox__codepoint_v1(int)", "outbox__ew_value_v1(text)", "outbox__header_value_problem_v1(text, text)", "outbox__split_address_list_v1(text)",
            "outbox__unstructured_problem_v1(text)", "outbox__encoded_word_v1(text)",
            "outbox__guess_content_type_v1(text)"]
 #: 0009's functions this one replaces, put back by the downgrade.
@@ -634,7 +1031,7 @@ REPLACED = ["outbox_enqueue_email_v1", "outbox__address_v1"]
 def sql_text() -> str:
     """Every statement of the upgrade, the character classes and the table filled in."""
     table = _literal(json.dumps(CONTENT_TYPES, sort_keys=True)) + "::jsonb"
-    return ((HELPERS + EMAIL).replace("PYNOSPACE", _0009._PY_SPACE.replace("[", "[^", 1))
+    return ((HELPERS + IDNA + EMAIL).replace("PYNOSPACE", _0009._PY_SPACE.replace("[", "[^", 1))
             .replace("PYSPACE", _0009._PY_SPACE).replace("'DATE_PATTERN'", _literal(DATE_PATTERN))
             .replace("'EMPTY_GROUP_PATTERN'", _literal(EMPTY_GROUP_PATTERN))
             .replace("'MAILBOX_PATTERN'", _literal(MAILBOX_PATTERN)).replace("'NOT_IN_GRAMMAR'", _literal(NOT_IN_GRAMMAR))
@@ -650,6 +1047,9 @@ def statements() -> list[str]:
 def upgrade() -> None:
     # As 0009: to the driver as written (colons and percent signs in the bodies).
     bind = op.get_bind()
+    bind.exec_driver_sql(TABLE)
+    bind.exec_driver_sql("INSERT INTO outbox_idna_codepoint SELECT * FROM json_populate_recordset("
+                         "NULL::outbox_idna_codepoint, " + _literal(codepoint_rows()) + ")")
     for statement in statements():
         bind.exec_driver_sql(statement)
 
@@ -661,3 +1061,4 @@ def downgrade() -> None:
             bind.exec_driver_sql(statement.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     for signature in CREATED:
         op.execute(f"DROP FUNCTION IF EXISTS {signature}")
+    op.execute("DROP TABLE IF EXISTS outbox_idna_codepoint")
