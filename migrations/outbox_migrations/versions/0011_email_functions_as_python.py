@@ -28,16 +28,13 @@ Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-02
 """
-import functools
 import json
 import re
-import unicodedata
 from importlib import import_module
 
 from alembic import op
-from email_validator.syntax import uts46_valid_char
-from idna import idnadata, uts46data
 
+from outbox_migrations.idna_table import codepoint_rows
 from outbox_relay.email.addresses import ADDR_SPEC_PATTERN, MAILBOX_PATTERN, NOT_IN_GRAMMAR
 from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
 from outbox_relay.email.headers import DATE_PATTERN, EMPTY_GROUP_PATTERN
@@ -957,12 +954,8 @@ END $f$;
 """
 
 
-#: The IDNA data of each code point, one row per range of code points alike:
-#: email-validator's uts46_valid_char, the idna package's UTS 46 status and
-#: mapping, IDNA 2008 class (PVALID, CONTEXTJ, CONTEXTO), joining type and the
-#: scripts its CONTEXTO rules name, and unicodedata's category, bidirectional
-#: class and combining class. Generated here from the libraries the Python API
-#: runs, so both read one source (a test compares them).
+#: The IDNA data of each code point (outbox_migrations.idna_table), filled in
+#: from the libraries the Python API runs, so both read one source.
 TABLE = """
 CREATE TABLE outbox_idna_codepoint (
     lo integer PRIMARY KEY,  -- the first code point of the range; the range ends where the next row starts
@@ -972,51 +965,6 @@ CREATE TABLE outbox_idna_codepoint (
 -- Public Unicode data: any role that may enqueue may read it.
 GRANT SELECT ON outbox_idna_codepoint TO PUBLIC
 """
-_COLUMNS = ("lo", "uts46_valid", "status", "replacement", "category", "idna_class", "bidi", "joining", "ccc",
-            "unnamed", "script")
-
-
-def _fill(table: list, ranges: tuple, code: str) -> None:
-    for r in ranges:
-        lo, hi = r >> 32, r & 0xFFFFFFFF
-        table[lo:hi] = [code] * (hi - lo)
-
-@functools.lru_cache(maxsize=1)
-def codepoint_rows() -> str:
-    """The rows of outbox_idna_codepoint as JSON (computed once a process: it walks every code point)."""
-    n = 0x110000
-    cls = [None] * n
-    for k, name in (("P", "PVALID"), ("J", "CONTEXTJ"), ("O", "CONTEXTO")):
-        _fill(cls, idnadata.codepoint_classes[name], k)
-    script = [None] * n
-    for k in ("Greek", "Hebrew", "Hiragana", "Katakana", "Han"):
-        _fill(script, idnadata.scripts[k], k)
-    joining = [None] * n
-    for k, r in idnadata.joining_types.items():
-        _fill(joining, r, k)
-    status = [None] * n
-    repl = [None] * n
-    starts = list(uts46data.uts46_starts) + [n]
-    for i in range(len(uts46data.uts46_starts)):
-        lo, hi = starts[i], starts[i + 1]
-        s = chr(uts46data.uts46_statuses[i])
-        status[lo:hi] = [s] * (hi - lo)
-        if s == "M":
-            repl[lo:hi] = [uts46data.uts46_replacements[i]] * (hi - lo)
-    out = []
-    prev = None
-    cat_, bidi_, comb_, name_ = unicodedata.category, unicodedata.bidirectional, unicodedata.combining, unicodedata.name
-    for cp in range(n):
-        ch = chr(cp)
-        comb = comb_(ch)
-        t = (uts46_valid_char(ch), status[cp], repl[cp], cat_(ch), cls[cp], bidi_(ch) or None, joining[cp], comb,
-             comb == 0 and not name_(ch, ""), script[cp])
-        if t != prev:
-            out.append(dict(zip(_COLUMNS, (cp,) + t)))
-            prev = t
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
-
-
 #: The functions this migration creates (the others it replaces are 0009's).
 CREATED = ["outbox__domain_v1(text, text, text)", "outbox__unsafe_v1(text)", "outbox__ulabel_v1(text)",
            "outbox__check_label_v1(text)", "outbox__check_bidi_v1(text, boolean)", "outbox__punycode_decode_v1(text)",
