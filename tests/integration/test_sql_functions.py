@@ -30,7 +30,7 @@ from outbox_migrations.idna_table import codepoint_rows
 from outbox_relay.email.addresses import CONTROL_RE, parse_address
 from outbox_relay.email.content_types import CONTENT_TYPES, guess_content_type
 from outbox_relay.email.headers import header_problem
-from outbox_relay.email.mime import build_mime
+from outbox_relay.email.mime import build_mime, mime_bound
 from outbox_relay.email.payload import EmailPayload
 from outbox_relay.errors import InvalidMessageError
 from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
@@ -470,6 +470,45 @@ def test_the_mime_size_bound_is_above_the_real_size_and_close_to_it(conn, subjec
     real = len(build_mime(payload, sender="placeholder-sender-address@example.invalid"))
     bound = conn.execute(text("SELECT outbox__mime_bound_v1(CAST(:p AS jsonb))"), {"p": payload.to_json()}).scalar()
     assert real <= bound <= real * 1.05 + 16 * 1024
+    # and the Python API refuses by the same bound
+    assert mime_bound(json.loads(payload.to_json())) == bound
+
+
+@pytest.mark.parametrize("payload", [
+    {"to": ['"Doe, Jo" <jo@example.com>', "b@example.com"], "subject": "Grüße 日本", "text": "t\n" * 300},
+    {"from": "Zoë <zoe@xn--bcher-kva.de>", "to": ["a@example.com"], "cc": ["c@example.com"],
+     "reply_to": ["r@example.com"], "subject": "s", "html": "<p>é</p>", "text": "x",
+     "headers": {"X-Note": "é \" \\ q", "Resent-Date": "Tue, 1 Jul 2003 10:52:37 +0200"},
+     "attachments": [{"filename": "été.pdf", "content": b"\x00" * 1000}, {"filename": "a.bin", "content": b"12345"}]},
+])
+def test_python_and_sql_compute_the_same_mime_bound(conn, payload):
+    p = EmailPayload.model_validate(payload)
+    bound = conn.execute(text("SELECT outbox__mime_bound_v1(CAST(:p AS jsonb))"), {"p": p.to_json()}).scalar()
+    assert mime_bound(json.loads(p.to_json())) == bound
+    assert bound >= len(build_mime(p, sender="placeholder-sender-address@example.invalid"))
+
+
+@pytest.mark.slow  # two messages of 40 MB through both APIs
+def test_a_message_at_the_size_limit_is_taken_by_both_and_one_byte_more_refused_by_both(conn):
+    def args(n: int) -> dict:
+        return dict(to=["a@example.com"], subject="s", text="t",
+                    attachments=[{"filename": "big.bin", "content_base64": base64.b64encode(b"\x00" * n).decode()}])
+
+    def bound(n: int) -> int:
+        b64 = "AAAA" * (n // 3) + base64.b64encode(b"\x00" * (n % 3)).decode()  # base64 of n zero bytes
+        return mime_bound({"to": ["a@example.com"], "subject": "s", "text": "t",
+                           "attachments": [{"filename": "big.bin", "content_base64": b64,
+                                            "content_type": "application/octet-stream"}]})
+
+    lo, hi = 1, 40_000_000  # the largest attachment whose bound is within the limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if bound(mid) <= 40_000_000 else (lo, mid - 1)
+    taken, refused = email_outcomes(conn, args(lo)), email_outcomes(conn, args(lo + 1))
+    assert [o[0] for o in taken] == ["ok", "ok"], taken
+    same(*taken)
+    assert [(o[0], o[1]) for o in refused] == [("refused", "attachments")] * 2
+    assert "the message is up to" in refused[0][2] and "the message is up to" in refused[1][2]
 
 
 # -- idempotency, trace context, what a refusal leaves ------------------------------------------------------

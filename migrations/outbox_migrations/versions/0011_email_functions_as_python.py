@@ -20,7 +20,8 @@ that take what Python takes and write the same row:
   the table outbox_idna_codepoint, filled here from those libraries and
   unicodedata.
 
-What remains different: the MIME size is bounded from above, as in 0009.
+The MIME size is refused by 0009's bound, which the Python API now applies too
+(outbox_relay.email.mime.mime_bound).
 
 tests/integration/test_sql_functions.py holds both to that with hypothesis.
 
