@@ -584,23 +584,28 @@ def memory_probe(database_url: str, redis_url: str, batch_size: int) -> None:
 @click.option("--rounds", type=COUNT, default=5, show_default=True, metavar="N",
               help="Alternating rounds; a rate is the median round's.")
 @click.option("--database-name", default="outbox_bench", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the figures here as JSON.")
-def enqueue_sql(n: int, rounds: int, database_name: str, out: Path | None) -> None:
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=report.LATEST, show_default=True,
+              help="JSON results file (section enqueue_sql merged into it).")
+def enqueue_sql(n: int, rounds: int, database_name: str, out: Path) -> None:
     """Enqueue per second through the SQL functions against the Python producer API, in one run."""
-    import json
-
     from .enqueue_sql import run_enqueue_sql
 
+    load = _load_average()
     with BenchEnv.open(database_name=database_name) as env:
+        machine = machine_info() | env.server_versions()
+        t = time.perf_counter()
         result = run_enqueue_sql(env, n=n, rounds=rounds)
-        result["machine"] = machine_info() | env.server_versions()
+    result.update(section_seconds=round(time.perf_counter() - t, 1), started_at=machine["date"],
+                  load_average_at_start=load, run=machine["date"])
     rates, ratio = result["messages_per_second"], result["sql_vs_python"]
     for kind in ("event", "email"):
         click.echo(f"{kind}: SQL function {rates[kind + '_sql']:,.1f} msg/s, Python API "
                    f"{rates[kind + '_python']:,.1f} msg/s: SQL / Python {ratio[kind]:.2f}x "
                    f"({result['messages_per_way']:,} each, one per transaction, median of {rounds} rounds)")
-    if out is not None:
-        out.write_text(json.dumps(result, indent=2) + "\n")
+    path = report.write({"machine": machine, "command": "python -m bench " + " ".join(sys.argv[1:]),
+                         "enqueue_sql": result}, out)
+    click.echo(f"results written to {path}")
+    if out.resolve() == report.LATEST.resolve():
+        click.echo(f"{report.write_docs(report.json.loads(path.read_text()))} written from them")
     if not result["check"]["ok"]:
         raise click.ClickException(f"correctness check failed: {result['check']}")

@@ -820,6 +820,16 @@ def markdown(results: dict[str, Any]) -> str:
                        f"| {_fmt(cpu.get('client'))} ({_fmt(loop_cpu.get('client'))}) "
                        f"| {_fmt(cpu.get('moto'))} ({_fmt(loop_cpu.get('moto'))}) |")
         out.append("")
+    eq = results.get("enqueue_sql")
+    if eq:
+        rates, sql_ratio = eq["messages_per_second"], eq["sql_vs_python"]
+        out.append(f"Enqueue from SQL (`python -m bench enqueue-sql`; {eq['messages_per_way']:,} messages each way, "
+                   f"{eq['transaction']}, the four ways alternating in {eq['rounds']} rounds, the median round's "
+                   f"rate{_when(eq)}): an event {_fmt(rates['event_sql'])} msg/s through "
+                   f"`outbox_enqueue_event_v1` against {_fmt(rates['event_python'])} through the Python API "
+                   f"({sql_ratio['event']:.2f}×); an email {_fmt(rates['email_sql'])} through "
+                   f"`outbox_enqueue_email_v1` against {_fmt(rates['email_python'])} ({sql_ratio['email']:.2f}×).")
+        out.append("")
     fb = results.get("feedback")
     if fb:
         rec, send = fb["recording"], fb["send_path"]
