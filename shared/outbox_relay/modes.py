@@ -244,6 +244,10 @@ class _Loop:
         batch or one that gave messages back untried (due again now)."""
         if batch.suspect or self.polls:
             return True
+        if self.one_batch and not batch.leased:
+            # Only dead letters (expired leases with no attempts left): not yet the batch,
+            # as after a claim that claimed nothing.
+            return batch.scanned > 0 or batch.requeued > 0
         return not self.one_batch and (batch.full or batch.not_attempted > 0)
 
     def wait_unreachable(self) -> bool:

@@ -125,6 +125,23 @@ def test_a_mass_of_expired_leases_is_recovered_in_batches(enqueue, store, publis
     assert len({f["id"] for _, f in redis_client.xrange(redis_prefix + "mass")}) == 2000
 
 
+def test_batch_mode_delivers_a_requeued_lease_when_its_claim_also_killed_one(enqueue, store, publisher, policy,
+                                                                              rows, expire_leases):
+    # Given two expired leases: one with attempts left, one with none
+    enqueue(1, stream="kept")
+    enqueue(1, stream="spent", max_attempts=1)
+    store.claim("died", 10, 30)
+    expire_leases()
+
+    # When one batch-mode invocation runs
+    summary = run_invocation(store, publisher, dataclasses.replace(policy, mode=Mode.BATCH),
+                             Deadline(lambda: 600_000, margin_seconds=5), "after")
+
+    # Then the claim that killed one and requeued the other is not the batch: the requeued one goes now
+    assert summary.dead == 1 and summary.delivered == 1
+    assert [(r["status"], r["attempts"]) for r in rows()] == [("delivered", 2), ("dead", 1)]
+
+
 def test_a_lease_that_expires_again_is_reclaimed_alone(enqueue, store, rows, expire_leases):
     # Given a batch whose holder died, requeued, claimed again, and whose new holder died too
     enqueue(5, stream="again")

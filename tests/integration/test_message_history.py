@@ -105,12 +105,12 @@ def test_leases_that_expire_are_lines_requeued_then_reclaimed_alone_then_dead(en
     store.claim("d", 10, 30)  # no attempts left: dead
     lines = story(app_engine, m.seq)
     assert [(e, a, actor, due) for e, a, _, _, _, actor, due in lines] == [
-        ("lease_expired", 1, "a", True),
-        ("lease_expired", 2, "b", True),
+        ("lease_expired", 1, "a", True),  # back in the queue, due when it was
+        ("lease_expired", 2, "b", False),  # re-claimed alone at once
         ("dead", 3, "c", False),
     ]
     assert "back in the queue" in lines[0][3] and "re-claimed alone" in lines[1][3]
-    assert "no attempts left" in lines[2][3]
+    assert lines[2][3] == get_message(app_engine, _id(app_engine, m.seq)).last_error  # the row's own text
     assert get_message(app_engine, _id(app_engine, m.seq)).status.value == "dead"
 
 

@@ -405,6 +405,17 @@ def test_an_address_is_taken_by_both_the_same_way_or_by_neither(conn, value):
     assert py == sq if py[0] == "ok" else sq[0] == "refused", (py, sq)
 
 
+@pytest.mark.parametrize("value, taken", [
+    ("a" * 64 + "@example.com", True), ("a" * 65 + "@example.com", False),
+    ("Ann <" + "b." * 32 + "c@example.com>", False), ("Ann <" + "b." * 31 + "cc@example.com>", True),
+])
+def test_the_local_part_is_at_most_64_characters_for_both(conn, value, taken):
+    py, sq = address_outcomes(conn, value)
+    assert (py[0], sq[0]) == (("ok", "ok") if taken else ("refused", "refused")), (py, sq)
+    assert taken or "too long before the @-sign" in py[1] and "too long before the @-sign" in sq[1]
+    assert not taken or py == sq
+
+
 @pytest.mark.slow  # a property test of many examples: the default run keeps the table below
 @settings(max_examples=400, **SETTINGS)
 @given(labels=st.lists(idn_label | plain_label | st.text(st.characters(blacklist_categories=("Cs",), min_codepoint=1)

@@ -65,6 +65,9 @@ def parse_address(value: str) -> str:
         checked = validate_email(mailbox.addr_spec, check_deliverability=False, allow_smtputf8=False)
     except EmailNotValidError as exc:
         raise ValueError(f"is not a valid address ({_without_address(str(exc), mailbox.addr_spec)})") from None
+    # RFC 5321's limit, which email-validator checks only in its strict mode (and SES holds to).
+    if len(checked.local_part) > 64:
+        raise ValueError("is not a valid address (too long before the @-sign)")
     ascii_address = checked.ascii_email or checked.normalized
     if not mailbox.display_name:
         return ascii_address

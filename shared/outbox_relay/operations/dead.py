@@ -129,7 +129,7 @@ def discard(engine: Engine, message_ids: Sequence[uuid.UUID | str]) -> DiscardRe
     One statement, fenced on `status = 'dead'`.
 
     Raises `ValueError` when an id is not a UUID or none is given."""
-    ids = [str(uuid.UUID(str(m))) for m in message_ids]
+    ids = list(dict.fromkeys(str(uuid.UUID(str(m))) for m in message_ids))  # each once, in the order given
     if not ids:
         raise ValueError("say which dead letters to discard: one or more message ids")
     found = run_with_retry(engine, lambda c: c.execute(sql.operations.discard_dead, {"message_ids": ids})

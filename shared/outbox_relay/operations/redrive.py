@@ -118,5 +118,5 @@ def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = Fals
                 result.by_error_class[key] = result.by_error_class.get(key, 0) + 1
             if on_batch is not None:
                 on_batch(len(rows))
-    result.not_dead = [str(m) for m in selection.message_ids if str(m) not in seen]
+    result.not_dead = list(dict.fromkeys(str(m) for m in selection.message_ids if str(m) not in seen))
     return result

@@ -64,7 +64,7 @@ END
 -- When nothing was claimed: one row, NULL but for those six.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
-           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner
+           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner, available_at
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at
@@ -191,13 +191,15 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
           to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
 ), expiry_history AS (
     -- The expired attempts this claim dealt with, as lines of their messages' history
-    -- (outbox_message_history); an expired lease left for a later claim is written then.
+    -- (outbox_message_history), the texts as the rows record them; an expired lease
+    -- left for a later claim is written then. A requeued row keeps its place: its due time.
     INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, actor, next_at)
     SELECT e.seq, CASE WHEN e.exhausted THEN 'dead' ELSE 'lease_expired' END, e.attempts, 'lease_expired',
-           CASE WHEN e.exhausted THEN 'lease expired with no attempts left; the holder died or overran its lease'
+           CASE WHEN e.exhausted THEN 'lease expired with no attempts left (' || e.attempts || ' made); '
+                                      || 'the holder died or overran its lease'
                 WHEN e.again THEN 'lease expired again: its holder died or overran its lease; re-claimed alone'
                 ELSE 'lease expired: its holder died or overran its lease; back in the queue' END,
-           e.lease_owner, CASE WHEN NOT e.exhausted THEN now() END
+           e.lease_owner, CASE WHEN NOT e.exhausted AND NOT e.again THEN e.available_at END
       FROM expired e
      WHERE e.seq = ANY (ARRAY(SELECT seq FROM requeued UNION ALL SELECT seq FROM suspect
                               UNION ALL SELECT seq FROM claimed WHERE status = 'dead'))

@@ -101,14 +101,14 @@ def stats(as_json: bool, lag_window: str) -> None:
 
 
 def _message_ids(values: tuple[str, ...], hint: str) -> list[uuid.UUID]:
-    """The message ids given as arguments; the first that is not a UUID is refused by name."""
+    """The message ids given as arguments, each once; the first that is not a UUID is refused by name."""
     ids = []
     for raw in values:
         try:
             ids.append(uuid.UUID(raw))
         except ValueError:
             raise click.BadParameter(f"{raw!r} is not a message id (a UUID)", param_hint=hint) from None
-    return ids
+    return list(dict.fromkeys(ids))
 
 
 def _ms(value: float | None) -> str:
