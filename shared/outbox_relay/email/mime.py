@@ -109,7 +109,9 @@ def mime_bound(payload: dict) -> int:
         bodies.append(len(b64) // 4 * 3 - len(b64) + len(b64.rstrip("=")))
     headers = sum(octets(payload.get(k) or "") for k in ("from", "subject", "to", "cc", "reply_to"))
     headers += sum(octets(k) + octets(v) + 4 for k, v in (payload.get("headers") or {}).items())
-    headers += sum(2 * octets(a["filename"]) + octets(a.get("content_type") or "") for a in attachments)
+    # An attachment without a stored type is NULL in SQL's sum, so it is left out here too.
+    headers += sum(2 * octets(a["filename"]) + octets(a["content_type"]) for a in attachments
+                   if a.get("content_type") is not None)
     # Integer arithmetic as PostgreSQL's: (n + 2) / 3 rounds down.
     return 4096 + 3 * headers + sum(400 + 4 * ((n + 2) // 3) + 2 * ((4 * ((n + 2) // 3) + 75) // 76)
                                     for n in bodies)
