@@ -34,6 +34,8 @@ Create Date: 2026-11-29
 """
 from alembic import op
 
+from outbox_migrations.grants import copy_grants
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -106,24 +108,7 @@ def upgrade() -> None:
         "FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_truncate_bodies()"
     )
     # The same rights on the bodies as on the messages, for every role but the owner.
-    op.execute(
-        """
-        DO $$
-        DECLARE g record;
-        BEGIN
-            FOR g IN
-                SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                           AS grantee,
-                       a.privilege_type
-                  FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-                 WHERE c.oid = 'outbox_message'::regclass AND a.grantee <> c.relowner
-            LOOP
-                EXECUTE format('GRANT %s ON outbox_message_body TO %s', g.privilege_type, g.grantee);
-            END LOOP;
-        END
-        $$
-        """
-    )
+    op.execute(copy_grants("outbox_message", "outbox_message_body"))
 
 
 def downgrade() -> None:

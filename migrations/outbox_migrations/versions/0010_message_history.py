@@ -27,6 +27,8 @@ Create Date: 2026-12-02
 """
 from alembic import op
 
+from outbox_migrations.grants import copy_grants
+
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
@@ -73,22 +75,7 @@ def upgrade() -> None:
     op.execute("CREATE TRIGGER outbox_message_truncate_history AFTER TRUNCATE ON outbox_message "
                "FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_truncate_history()")
     # Whoever may change or delete messages writes or deletes their history in the same statement.
-    op.execute("""
-        DO $$
-        DECLARE g record;
-        BEGIN
-            FOR g IN
-                SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                           AS grantee,
-                       a.privilege_type
-                  FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-                 WHERE c.oid = 'outbox_message'::regclass AND a.grantee <> c.relowner
-            LOOP
-                EXECUTE format('GRANT %s ON outbox_message_history TO %s', g.privilege_type, g.grantee);
-            END LOOP;
-        END
-        $$
-    """)
+    op.execute(copy_grants("outbox_message", "outbox_message_history"))
 
 
 def downgrade() -> None:
