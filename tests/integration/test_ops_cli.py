@@ -146,8 +146,9 @@ def test_stats_counts_per_channel_and_status(outbox, app_engine):
     assert code == 0
     line = next(li for li in out.splitlines() if " redis " in li)
     assert [c.strip() for c in line.strip("│ ").split("│")][:9] == ["redis", "3", "2", "2", "1", "3", "3", "1", "2"]
-    assert "2m" in line  # oldest pending, 2 minutes
-    assert line.count("1,000 ms") == 3  # lag p50, p99, max
+    assert "2m " in line  # oldest pending, 2 minutes
+    assert line.count(" 1.0s ") == 3  # lag p50, p99, max: in the same convention as the age
+    assert " ms" not in out
     assert "delivery lag of the last 5m" in out
     assert any(" total " in li for li in out.splitlines())
     # And nothing changed
@@ -192,7 +193,61 @@ def test_stats_shows_the_pollers_live_now_and_the_last_window_without_one(outbox
     # Then the live poller and the window are there, in JSON and in the table
     assert pollers["channel"] == "redis" and pollers["live"] == 1
     assert 0.35 <= pollers["last_gap_seconds"] < 2.0 and 0 <= pollers["last_gap_ended_seconds_ago"] < 5
-    assert code == 0 and "latency-mode pollers" in text_out and f"{pollers['last_gap_seconds']:.1f}s" in text_out
+    assert code == 0 and "latency-mode pollers" in text_out
+    assert f"{round(pollers['last_gap_seconds'] * 1000)}ms" in text_out or \
+        f"{pollers['last_gap_seconds']:.1f}s" in text_out
+
+
+def test_stats_chart_draws_each_channels_lag_over_the_window(outbox, app_engine):
+    # Given deliveries over the last minute with known lags: redis 45 s ago (200 ms), two 30 s ago
+    # (4 s and 1 s, in one slice), 10 s ago (50 ms); ses 20 s ago (300 ms); and one outside the window
+    deliveries = [("redis", 45, 200), ("redis", 30, 4000), ("redis", 30, 1000), ("redis", 10, 50),
+                  ("ses", 20, 300), ("redis", 90, 9000)]
+    ids = [seed(app_engine, "delivered", channel=channel) for channel, _, _ in deliveries]
+    with app_engine.begin() as conn:  # one statement, one now(): the two 30 s ago share their slice
+        conn.execute(text("UPDATE outbox_message m SET delivered_at = now() - make_interval(secs => v.ago),"
+                          " created_at = now() - make_interval(secs => v.ago) - make_interval(secs => v.lag / 1000.0)"
+                          " FROM (SELECT unnest(CAST(:ids AS uuid[])) AS id, unnest(CAST(:agos AS float8[])) AS ago,"
+                          " unnest(CAST(:lags AS float8[])) AS lag) v WHERE m.message_id = v.id"),
+                     {"ids": [str(i) for i in ids], "agos": [float(a) for _, a, _ in deliveries],
+                      "lags": [float(lag) for _, _, lag in deliveries]})
+
+    # When an operator asks for the chart of the last minute
+    chart = run_json(outbox, "stats", "--lag-window", "1m", "--chart")["lag_chart"]
+    code, out = outbox("stats", "--lag-window", "1m", "--chart")
+
+    # Then each channel's slices hold its deliveries, oldest first, the largest lag of each
+    assert chart["bucket_seconds"] == 1.0
+    redis, ses = chart["channels"]
+    assert (redis["channel"], ses["channel"]) == ("redis", "ses")
+    assert len(redis["max_ms"]) == len(redis["delivered"]) == 60
+    assert [v for v in redis["max_ms"] if v is not None] == [200.0, 4000.0, 50.0]
+    assert [n for n in redis["delivered"] if n] == [1, 2, 1]
+    assert [v for v in ses["max_ms"] if v is not None] == [300.0] and sum(ses["delivered"]) == 1
+    # the 45 s-old slice is about 15 slices into the minute (the command ran a little later)
+    assert 13 <= redis["max_ms"].index(200.0) <= 15
+
+    # And the terminal shows them in block characters within 80 columns, the 4 s column the tallest
+    assert code == 0
+    lines = out.splitlines()
+    start = lines.index("redis: largest delivery lag per 1.0s of the last 1m 0s (4 delivered)")
+    drawing = lines[start + 1:start + 9]
+    assert all(len(li) <= 80 for li in lines[start:])
+    assert drawing[0].startswith("    4.0s ┤") and drawing[0].count("█") == 1
+    assert drawing[0].index("█") == 10 + redis["max_ms"].index(4000.0)
+    assert "2.0s ┤" in drawing[3] and drawing[6].startswith("       0 └" + "─" * 60)
+    assert drawing[7].split() == ["-1m", "0s", "now"] and drawing[7].endswith("now") and len(drawing[7]) == 70
+    bottom = drawing[5][10:]
+    assert sum(1 for c in bottom if c != " ") == 3  # three slices with a delivery, each at least ▁
+    assert "ses: largest delivery lag per 1.0s of the last 1m 0s (1 delivered)" in lines
+    assert "\x1b[" not in out  # no colour
+
+
+def test_stats_chart_with_nothing_delivered_says_so(outbox, app_engine):
+    seed(app_engine, "pending")
+    code, out = outbox("stats", "--chart")
+    assert code == 0 and out.rstrip().endswith("no delivery in the last 5m 0s: no lag to chart")
+    assert run_json(outbox, "stats", "--chart")["lag_chart"] == {"bucket_seconds": 5.0, "channels": []}
 
 
 # ---------------------------------------------------------------- dead list

@@ -59,3 +59,16 @@ def format_seconds(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def format_duration(seconds: float) -> str:
+    """Every duration of a table in one convention, down to milliseconds:
+    ``0s``, ``12ms``, ``7.4s``, ``48s``, then as `format_seconds` (``5m 3s``)."""
+    ms = round(seconds * 1000)
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 9950:
+        return f"{ms / 1000:.1f}s"
+    return format_seconds(seconds)

@@ -63,6 +63,25 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
     return {"channels": rows, "totals": totals, "pollers": pollers}
 
 
+def delivery_lag_series(engine: Engine, *, window_seconds: float = LAG_WINDOW_SECONDS,
+                        buckets: int = 60) -> dict[str, Any]:
+    """The delivery lag of the last `window_seconds` in `buckets` equal slices, oldest
+    first, per channel with a delivery in it (`outbox stats --chart`): each slice's
+    largest lag (ms; None when nothing was delivered in it) and count.
+
+    Returns ``{"bucket_seconds": …, "channels": [{"channel": …, "max_ms": […], "delivered": […]}]}``.
+    """
+    series: dict[str, dict[str, list[Any]]] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(sql.operations.delivery_lag_series,
+                              {"window_seconds": float(window_seconds), "buckets": int(buckets)}):
+            ch = series.setdefault(r.channel, {"max_ms": [None] * buckets, "delivered": [0] * buckets})
+            ch["max_ms"][r.bucket] = round(float(r.max), 1)
+            ch["delivered"][r.bucket] = int(r.delivered)
+    return {"bucket_seconds": window_seconds / buckets,
+            "channels": [{"channel": name, **values} for name, values in sorted(series.items())]}
+
+
 @dataclass(frozen=True, slots=True)
 class Backlog:
     """Backlog of one channel. `pending_depth` counts pending messages, due or

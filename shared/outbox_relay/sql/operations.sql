@@ -40,18 +40,34 @@ SELECT channel,
                  ORDER BY channel, destination, key, seq) h) w
  GROUP BY channel
 
+-- name: recent_deliveries
+-- Each message delivered in the last :window_seconds, with its channel, its delivery
+-- lag (ms, from created_at or the later scheduled_at) and its delivered_at: a range
+-- of outbox_message_delivered_at_idx.
+SELECT channel, delivered_at,
+       EXTRACT(EPOCH FROM delivered_at - greatest(created_at, scheduled_at)) * 1000 AS lag
+  FROM outbox_message
+ WHERE status = 'delivered' AND delivered_at >= now() - make_interval(secs => :window_seconds)
+
 -- name: recent_delivery_lag
--- Delivery lag (ms, from created_at or the later scheduled_at) of each channel's
--- messages delivered in the last :window_seconds: a range of outbox_message_delivered_at_idx.
+-- Delivery lag (ms) of each channel's messages delivered in the last :window_seconds.
 SELECT channel, count(*) AS delivered,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY lag) AS p99,
        max(lag) AS max
-  FROM (SELECT channel,
-               EXTRACT(EPOCH FROM delivered_at - greatest(created_at, scheduled_at)) * 1000 AS lag
-          FROM outbox_message
-         WHERE status = 'delivered' AND delivered_at >= now() - make_interval(secs => :window_seconds)) d
+  FROM ({{recent_deliveries}}) d
  GROUP BY channel
+
+-- name: delivery_lag_series
+-- The same deliveries in :buckets slices of the window, oldest first (`outbox stats
+-- --chart`): each slice's count and largest lag, per channel.
+SELECT channel,
+       least(floor(EXTRACT(EPOCH FROM delivered_at - (now() - make_interval(secs => :window_seconds)))
+                   * :buckets / :window_seconds)::int, :buckets - 1) AS bucket,
+       count(*) AS delivered, max(lag) AS max
+  FROM ({{recent_deliveries}}) d
+ GROUP BY 1, 2
+ ORDER BY 1, 2
 
 -- name: backlog
 -- Backlog of each channel in :channels, zeros for one with no rows (the daily

@@ -131,7 +131,7 @@ def suppression_list(limit: int, as_json: bool) -> None:
     rows = [{"address_hash": e.address_hash, "reason": e.reason, "detail": e.detail,
              "message_id": e.message_id, "created_at": e.created_at} for e in entries]
     if as_json:
-        common.echo_json(rows)
+        common.echo_json({"suppressed": rows})
         return
     if not rows:
         click.echo("the suppression list is empty")

@@ -18,14 +18,17 @@ from outbox_relay.operations.purge import PURGE_BATCH, count_purge
 from outbox_relay.operations.purge import purge as purge_messages
 from outbox_relay.operations.redrive import REDRIVE_BATCH, RedriveSelection, count_redrive
 from outbox_relay.operations.redrive import redrive as redrive_messages
-from outbox_relay.operations.stats import FEEDBACK_COUNTS, queue_stats
+from outbox_relay.operations.stats import FEEDBACK_COUNTS, delivery_lag_series, queue_stats
 from outbox_relay.publishers.registry import CHANNELS
 
-from ..durations import format_seconds, parse_duration
+from .. import lag_chart
+from ..durations import format_duration, format_seconds, parse_duration
 from . import common
 
 _CHANNELS = click.Choice([spec.channel.value for spec in CHANNELS], case_sensitive=False)
 _ERROR_CLASSES = click.Choice([e.value for e in ErrorClass], case_sensitive=False)
+#: Columns of `outbox stats --chart`: slices of the lag window (the chart fits 80 columns).
+CHART_COLUMNS = 60
 #: Longest error text `outbox dead list` prints per row.
 LIST_ERROR_CHARS = 80
 
@@ -42,18 +45,23 @@ def _timestamp(value: datetime | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--lag-window", default="5m", show_default=True, metavar="DURATION",
               help="Report the delivery lag of the messages delivered within this window (90s, 5m, 1h).")
-def stats(as_json: bool, lag_window: str) -> None:
+@click.option("--chart", is_flag=True,
+              help="Also draw each channel's delivery lag over the window (the largest per slice) as a terminal "
+                   "chart; with --json, its figures as lag_chart.")
+def stats(as_json: bool, lag_window: str, chart: bool) -> None:
     """Counts per channel and status, messages due now, leased now and expired
     leases, dead in the last hour and day, the keys held back (waiting for a
     retry of their first message; behind a dead letter, which holds them under
     OUTBOX_ORDERING_ON_DEAD=block), the oldest due pending message's age, and
     the delivery lag of recent deliveries (p50, p99, max), and the latency-mode
     pollers of each channel (live now, the last window without one), all by the
-    database clock."""
+    database clock. Durations are printed in one convention (12ms, 7.4s, 48s, 5m 3s)."""
     window = common.duration("--lag-window", lag_window)
     engine = common.engine()
     try:
         data = queue_stats(engine, lag_window_seconds=window)
+        if chart:
+            data["lag_chart"] = delivery_lag_series(engine, window_seconds=window, buckets=CHART_COLUMNS)
     finally:
         engine.dispose()
     if as_json:
@@ -77,15 +85,17 @@ def stats(as_json: bool, lag_window: str) -> None:
                       str(ch["expired_leases"]), str(ch["delivered"]), str(ch["dead"]),
                       str(ch["dead_last_hour"]), str(ch["dead_last_day"]), str(ch["discarded"]),
                       str(ch["keys_waiting_for_retry"]), str(ch["keys_behind_dead_letter"]),
-                      format_seconds(ch["oldest_pending_age_seconds"]),
-                      *(_ms(lag.get(k)) for k in ("p50", "p99", "max")))
+                      format_duration(ch["oldest_pending_age_seconds"]),
+                      *("-" if lag.get(k) is None else format_duration(lag[k] / 1000) for k in ("p50", "p99", "max")))
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
-    if any(ch[k] for ch in data["channels"] for k in FEEDBACK_COUNTS):
+    # Feedback is SES's alone: other channels' rows would only add zeros.
+    emails = [ch for ch in data["channels"] if ch["channel"] == Channel.SES.value]
+    if any(ch[k] for ch in emails for k in FEEDBACK_COUNTS):
         email = Table(title="email feedback (messages)")
         for col in ("channel", "delivered", *FEEDBACK_COUNTS):
             email.add_column(col, justify="right" if col != "channel" else "left")
-        for ch in rows:
+        for ch in emails:
             email.add_row(ch["channel"], str(ch["delivered"]), *(str(ch[k]) for k in FEEDBACK_COUNTS))
         console.print(email)
     if data["pollers"]:
@@ -95,9 +105,14 @@ def stats(as_json: bool, lag_window: str) -> None:
         for p in data["pollers"]:
             gap = p["last_gap_seconds"]
             pollers.add_row(p["channel"], str(p["live"]), "none in the last week" if gap is None
-                            else f"{gap:.1f}s" if gap < 60 else format_seconds(gap),
-                            "" if gap is None else f"{format_seconds(p['last_gap_ended_seconds_ago'])} ago")
+                            else format_duration(gap),
+                            "" if gap is None else f"{format_duration(p['last_gap_ended_seconds_ago'])} ago")
         console.print(pollers)
+    for ch in data.get("lag_chart", {}).get("channels", []):
+        click.echo()
+        click.echo("\n".join(lag_chart.render(ch["channel"], ch["max_ms"], ch["delivered"], window_seconds=window)))
+    if chart and not data["lag_chart"]["channels"]:
+        click.echo(f"\nno delivery in the last {format_seconds(window)}: no lag to chart")
 
 
 def _message_ids(values: tuple[str, ...], hint: str) -> list[uuid.UUID]:
@@ -109,12 +124,6 @@ def _message_ids(values: tuple[str, ...], hint: str) -> list[uuid.UUID]:
         except ValueError:
             raise click.BadParameter(f"{raw!r} is not a message id (a UUID)", param_hint=hint) from None
     return list(dict.fromkeys(ids))
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f} ms" if value < 10_000 else format_seconds(value / 1000.0)
 
 
 # --------------------------------------------------------------------------
