@@ -338,13 +338,15 @@ def _registry(env: BenchEnv) -> list[dict[str, Any]] | None:
                 for owner, started, until, gap, successor, taken, left in conn.execute(text(_REGISTRY))]
 
 
-_LAG = """
+_DELIVERED = """
     WITH d AS (
         SELECT (EXTRACT(EPOCH FROM created_at) * 1000)::float8 AS created_ms,
                split_part(delivery_ref, '-', 1)::float8 - EXTRACT(EPOCH FROM created_at) * 1000 AS entry_lag,
                EXTRACT(EPOCH FROM delivered_at - created_at) * 1000 AS recorded_lag
           FROM outbox_message WHERE status = 'delivered'
     )
+"""
+_LAG = _DELIVERED + """
     SELECT count(*),
            percentile_cont(0.5) WITHIN GROUP (ORDER BY entry_lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY entry_lag),
            max(entry_lag), avg(entry_lag),
@@ -355,6 +357,13 @@ _LAG = """
                                WHERE d.created_ms BETWEEN s.at - 1000 AND s.at + 3000) AS m
                   FROM unnest(CAST(:starts AS float8[])) AS s(at)) w)
       FROM d
+"""
+# The lag of each second's commits (seconds from :origin, when the producers began), for the figure.
+_LAG_PER_SECOND = _DELIVERED + """
+    SELECT floor(created_ms / 1000 - :origin)::int AS second,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY entry_lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY entry_lag),
+           max(entry_lag)
+      FROM d GROUP BY 1 ORDER BY 1
 """
 
 
@@ -370,6 +379,7 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
     with env.engine.connect() as conn:
         n, e50, e99, emax, emean, r50, r99, rmax, rmean, handover = conn.execute(
             text(_LAG), {"starts": "{" + ",".join(f"{t * 1000:.3f}" for t in handover_starts) + "}"}).one()
+        per_second = conn.execute(text(_LAG_PER_SECOND), {"origin": lo}).all()
         committed = {str(r) for (r,) in conn.execute(text("SELECT message_id FROM outbox_message"))}
     stream_ids = env.stream_message_ids()
     distinct = set(stream_ids)
@@ -440,6 +450,9 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
         "lag_ms": spread(e50, e99, emax, emean),
         "recorded_lag_ms": spread(r50, r99, rmax, rmean),
         "handover_max_lag_ms": [round(float(h), 1) for h in (handover or []) if h is not None],
+        "lag_per_second_ms": {"second": [r[0] for r in per_second],
+                              **{k: [round(float(r[i]), 1) for r in per_second]
+                                 for i, k in ((1, "p50"), (2, "p99"), (3, "max"))}},
         "without_poller": without,
         "poller_seconds_per_second": round(covered_seconds(occupied, lo, hi) / wall, 3) if wall else None,
         "invocations": counts,

@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from . import plots
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LATEST = RESULTS_DIR / "latest.json"
 METHOD = Path(__file__).resolve().parent / "method.md"
@@ -675,6 +677,8 @@ def markdown(results: dict[str, Any]) -> str:
             for r in entry["runs"]:
                 out.append("| " + " | ".join(_latency_cells(r)) + " |")
             out.append("")
+            if entry["runs"]:
+                out += [plots.latency_figure(entry).link(), ""]
         idle = lat.get("idle")
         if idle:
             out.append(f"Idle (one latency-mode invocation, {idle['seconds']} s, nothing to deliver among "
@@ -721,6 +725,8 @@ def markdown(results: dict[str, Any]) -> str:
                        f"| {_fmt(cpu.get('postgresql'))} | {_fmt(cpu.get('redis'))} "
                        f"| {_fmt(d.get('gc', {}).get('us_per_message'))} |")
         out.append("")
+        if drain["runs"]:
+            out += [plots.batches_figure(results).link(), ""]
     base = results.get("baseline")
     if base:
         cpu = base["cpu_us_per_message"]
@@ -741,6 +747,8 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {r['processes']} | {r['messages_per_second']:,.0f} | {r['invocations']:,} "
                        f"| {c['stream_entries']:,} | {c['distinct_ids']:,} | {c['duplicates']} |")
         out.append("")
+        if conc["runs"]:
+            out += [plots.concurrency_figure(results).link(), ""]
     rec = results.get("recovery")
     if rec:
         p, c = rec["poison"], rec["poison"]["check"]
@@ -782,6 +790,8 @@ def markdown(results: dict[str, Any]) -> str:
         for c in growth["cases"]:
             out.append(f"| {c['case']} | {c['rows']:,} | {c['pending']:,} | {c['median_ms']:.1f} | {c['p99_ms']:.1f} |")
         out.append("")
+        if growth["cases"]:
+            out += [plots.growth_figure(results).link(), ""]
     mem = results.get("memory")
     if mem:
         out.append("Peak resident memory of one cold invocation (fresh process): " + ", ".join(
@@ -1035,8 +1045,12 @@ def _with_block(text: str, begin: str, end: str, block: str) -> str:
 
 
 def write_docs(results: dict[str, Any], path: Path = DOCS) -> Path:
+    """Write the page, its figures beside it (`plots`; one line when they were
+    skipped) and, for docs/benchmark.md itself, the blocks other pages quote."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(docs(results), encoding="utf-8")
+    if plots.draw(results, path.parent / plots.LINK_DIR) is None:
+        print(plots.skipped_line())
     if path == DOCS:
         for target, write_block in ((README, readme_with_modes),
                                     (CHANNELS, lambda text, r: _with_block(text, ORDERING_BEGIN, ORDERING_END,
