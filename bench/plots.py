@@ -164,7 +164,9 @@ def _latency_run(lag_ax: Any, inv_ax: Any, run: dict[str, Any]) -> None:
     inv_ax.set_ylim(min(lanes, default=0) - 0.6, max(lanes, default=0) + 0.6)
     inv_ax.set_ylabel("container")
     inv_ax.set_xlabel("seconds since the producer began committing")
-    inv_ax.set_xlim(min([0.0] + [t["began"] for t in timeline if t.get("began") is not None]) - 2, end + 2)
+    start = min([0.0] + [t["began"] for t in timeline if t.get("began") is not None])
+    pad = max(0.2, (end - start) / 100)
+    inv_ax.set_xlim(start - pad, end + pad)
     inv_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     inv_ax.grid(axis="y", visible=False)
 

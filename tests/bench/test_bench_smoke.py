@@ -262,6 +262,12 @@ def test_bench_latency_under_aws_like_scheduling_hands_over_and_loses_nothing(se
     assert 0.9 < run["poller_seconds_per_second"] < 2.0
     for field in ("p50", "p99", "max"):
         assert run["lag_ms"][field] is not None
+    # the lag of each second's commits, for the figure: every second of the producer's, the run's worst among them
+    series = run["lag_per_second_ms"]
+    assert len(series["second"]) == len(series["p50"]) == len(series["p99"]) == len(series["max"])
+    assert 65 <= len(series["second"]) <= 72 and series["second"] == sorted(series["second"])
+    assert max(series["max"]) == pytest.approx(run["lag_ms"]["max"], abs=0.11)
+    assert all(a <= b <= c for a, b, c in zip(series["p50"], series["p99"], series["max"]))
     started = [t for t in run["timeline"] if t["began"] is not None]
     assert all(t["began"] - t["requested"] >= 0.99 for t in started)  # the cold start
     assert any(t["source"] == "self-invoke" and t["predecessor"] for t in started)
