@@ -4,7 +4,9 @@ SNS delivery recorded against its message (docs/design.md, "SES feedback").
 Per record: parsed (`events.parse_records`; a malformed one is refused in one
 log line naming the field, metric FeedbackRefused, and nothing of it is
 written), then recorded (`store.FeedbackStore`): a new event of a known message
-is written, settles the message when it waits after an ambiguous send, and puts
+is written, settles the send (a message waiting is delivered now; one in flight
+takes the SES id, and its outcome write or the claim of its expired lease
+records it delivered: `in_flight`), and puts
 a permanent bounce's or a complaint's recipients on the suppression list; an
 event already recorded changes nothing (FeedbackDuplicate); one for a message
 the outbox does not know is counted (FeedbackUnknownMessage). A database error
@@ -84,7 +86,7 @@ def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[s
     (one line each, naming the field). Raises `InvalidEventError` when the event
     has no records at all."""
     summary: dict[str, Any] = {"records": 0, "recorded": 0, "duplicates": 0, "unknown": 0, "ignored": 0,
-                               "settled": 0, "suppressed": 0, "refused": []}
+                               "settled": 0, "in_flight": 0, "suppressed": 0, "refused": []}
     reputation: dict[tuple[str, str], int] = {}
     for parsed in parse_records(event):
         summary["records"] += 1
@@ -105,6 +107,7 @@ def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[s
         else:
             summary["recorded"] += 1
             summary["settled"] += int(done.settled)
+            summary["in_flight"] += int(done.in_flight)
             summary["suppressed"] += done.suppressed
         metric = REPUTATION_METRICS.get(parsed.event_type)
         if metric and (parsed.event_type != "bounce" or parsed.suppress_reason):  # permanent bounces only
@@ -113,6 +116,7 @@ def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[s
         obs.logger.info("feedback event recorded" if done.found else "feedback event for an unknown message",
                         extra={"event_type": parsed.event_type, "message_id": parsed.outbox_message_id,
                                "ses_message_id": parsed.ses_message_id, "settled": done.settled,
+                               "in_flight": done.in_flight,
                                "suppressed": done.suppressed})
     obs.ensure_namespace()
     for name, key in (("FeedbackRecorded", "recorded"), ("FeedbackDuplicate", "duplicates"),

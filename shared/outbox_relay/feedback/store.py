@@ -20,12 +20,14 @@ from .hashing import AddressHasher, normalise
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """What recording one event did: whether its message was found, whether the
-    event was new, whether it settled an ambiguous send, addresses suppressed."""
+    event was new, whether it settled the send, addresses suppressed, and whether
+    the message was in flight (leased: its outcome write or the claim settles it)."""
 
     found: bool
     new: bool
     settled: bool
     suppressed: int
+    in_flight: bool = False
 
 
 class FeedbackStore:
@@ -49,9 +51,9 @@ class FeedbackStore:
             "suppress": text_array_literal(suppress) if suppress else None,
             "suppress_reason": e.suppress_reason or "bounce",
         }
-        found, new, settled, suppressed, _ = run_with_retry(
+        found, new, settled, suppressed, _, in_flight = run_with_retry(
             self.engine, lambda c: c.execute(sql.feedback.record_email_event, params).one())
-        return Recorded(bool(found), bool(new), bool(settled), int(suppressed))
+        return Recorded(bool(found), bool(new), bool(settled), int(suppressed), bool(in_flight))
 
     def events_of(self, message_id: str) -> list[dict[str, Any]]:
         """Every event of one message, oldest first (recipients as a count)."""

@@ -6,10 +6,13 @@
 -- (the body's message_id key) or else by the SES message id the relay stored
 -- (outbox_message_ses_ref_idx). Only when the event is new (the unique
 -- (ses_message_id, event_type, event_key) makes a redelivery insert nothing):
--- settle the message as delivered if it waits after an ambiguous send (a line
--- of its history says so; and free the later rows of its key held back behind it), and add :suppress
--- (address hashes) to the suppression list. Returns whether the
--- message was found, and how many events, settled messages and addresses were added.
+-- settle the send, since any event proves SES accepted it: a message waiting
+-- (pending, or dead) is delivered now (a line of its history says so; and the
+-- later rows of its key held back behind it are freed); one in flight (leased)
+-- keeps its lease and takes the SES id, which its outcome write or the claim of
+-- its expired lease reads as delivered. And add :suppress (address hashes) to the
+-- suppression list. Returns whether the message was found, and how many events,
+-- settled messages, addresses, freed rows and messages in flight were concerned.
 WITH target AS (
     SELECT t.seq, t.message_id FROM (
         SELECT o.seq, o.message_id, 1 AS rank FROM outbox_message o
@@ -30,20 +33,25 @@ WITH target AS (
     ON CONFLICT ON CONSTRAINT outbox_email_event_once DO NOTHING
     RETURNING message_id
 ), settled AS (
-    -- Any event proves SES accepted the send whose answer was lost.
-    UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), delivery_ref = :ses_id
+    -- One UPDATE whatever the state: run after a concurrent outcome write or claim
+    -- committed, it acts on the row as that left it (pending now, leased anew, dead).
+    UPDATE outbox_message o SET
+        status       = CASE WHEN o.status = 'leased' THEN 'leased' ELSE 'delivered' END,
+        delivered_at = CASE WHEN o.status = 'leased' THEN o.delivered_at ELSE now() END,
+        dead_at      = CASE WHEN o.status = 'leased' THEN o.dead_at END,
+        delivery_ref = coalesce(o.delivery_ref, :ses_id)
      WHERE o.seq = (SELECT seq FROM target) AND EXISTS (SELECT 1 FROM inserted)
-       AND o.status = 'pending' AND o.last_error_class = 'ambiguous'
-    RETURNING o.seq, o.destination, o.key, o.available_at, o.attempts
+       AND o.status IN ('pending', 'leased', 'dead')
+    RETURNING o.seq, o.status, o.destination, o.key, o.available_at, o.attempts
 ), settled_history AS (
     INSERT INTO outbox_message_history (seq, event, attempt, ref, actor)
-    SELECT s.seq, 'settled', s.attempts, :ses_id, 'feedback' FROM settled s
+    SELECT s.seq, 'settled', s.attempts, :ses_id, 'feedback' FROM settled s WHERE s.status = 'delivered'
 ), key_freed AS (
     -- Later rows of its key that claims moved to the end of its window (turn_of) are due
     -- now (outbox_message_key_active_idx); a row scheduled later keeps its time.
     UPDATE outbox_message k SET available_at = now()
       FROM settled s
-     WHERE s.key IS NOT NULL AND k.channel = 'ses' AND k.destination = s.destination
+     WHERE s.status = 'delivered' AND s.key IS NOT NULL AND k.channel = 'ses' AND k.destination = s.destination
        AND k.key >= s.key AND k.key <= s.key AND k.seq > s.seq
        AND k.status = 'pending' AND k.available_at = s.available_at
        AND (k.scheduled_at IS NULL OR k.scheduled_at <= now())
@@ -55,8 +63,9 @@ WITH target AS (
     ON CONFLICT (address_hash) DO NOTHING
     RETURNING address_hash
 )
-SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM inserted), (SELECT count(*) FROM settled),
-       (SELECT count(*) FROM suppressed), (SELECT count(*) FROM key_freed)
+SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM inserted),
+       (SELECT count(*) FROM settled WHERE status = 'delivered'), (SELECT count(*) FROM suppressed),
+       (SELECT count(*) FROM key_freed), (SELECT count(*) FROM settled WHERE status = 'leased')
 
 -- name: suppressed_among
 -- Which of :hashes (address hashes) are on the suppression list, with the reason (primary key).

@@ -43,7 +43,9 @@ END
 -- name: claim
 -- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
 -- :max_bytes of payload, in one statement (docs/design.md, "The claim"):
--- 1. expired leases (outbox_message_lease_expiry_idx): those with no attempts left
+-- 1. expired leases (outbox_message_lease_expiry_idx): those holding a delivery
+--    reference (an SES event came while they were in flight) are delivered, the
+--    send settled; of the rest, those with no attempts left
 --    go to dead; those expired for the first time go back to pending (requeued,
 --    marked lease_expired); of those that expired again, one, first of its key,
 --    is re-claimed alone (a suspect: its holder died, maybe because of it) and
@@ -64,12 +66,20 @@ END
 -- When nothing was claimed: one row, NULL but for those six.
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
-           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner, available_at
+           last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner, available_at,
+           delivery_ref
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
+), landed AS (
+    -- An SES event proved the send while it was in flight (feedback.sql): nothing to
+    -- resend, whatever became of its holder.
+    UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), lease_owner = NULL,
+           lease_expires_at = NULL
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE delivery_ref IS NOT NULL))
+    RETURNING o.seq
 ), requeued AS (
     -- A first expiry is presumed innocent (its holder died of something else: a
     -- timeout, a deploy, an outage): back to pending where it was in the due
@@ -77,13 +87,13 @@ WITH expired AS (
     UPDATE outbox_message o SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
            last_error_class = 'lease_expired',
            last_error = 'lease expired: its holder died or overran its lease; back in the queue'
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE NOT exhausted AND NOT again))
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE NOT exhausted AND NOT again AND delivery_ref IS NULL))
     RETURNING o.seq
 ), suspect AS (
     -- A lease that expired again since (its holder died once more, maybe because
     -- of it) is re-claimed alone.
     SELECT e.seq FROM expired e
-     WHERE NOT e.exhausted AND e.again
+     WHERE NOT e.exhausted AND e.again AND e.delivery_ref IS NULL
        AND (e.key IS NULL OR (
             (SELECT k.seq FROM outbox_message k
               WHERE k.channel = :channel AND k.destination = e.destination AND k.key >= e.key AND k.key <= e.key
@@ -171,7 +181,7 @@ WITH expired AS (
     UNION ALL
     SELECT seq FROM suspect
     UNION ALL
-    SELECT seq FROM expired WHERE exhausted
+    SELECT seq FROM expired WHERE exhausted AND delivery_ref IS NULL
 ), claimed AS (
 UPDATE outbox_message o SET
     status           = CASE WHEN (o.status = 'leased' AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts)) THEN 'dead' ELSE 'leased' END,
@@ -193,16 +203,22 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
     -- The expired attempts this claim dealt with, as lines of their messages' history
     -- (outbox_message_history), the texts as the rows record them; an expired lease
     -- left for a later claim is written then. A requeued row keeps its place: its due time.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, actor, next_at)
-    SELECT e.seq, CASE WHEN e.exhausted THEN 'dead' ELSE 'lease_expired' END, e.attempts, 'lease_expired',
-           CASE WHEN e.exhausted THEN 'lease expired with no attempts left (' || e.attempts || ' made); '
+    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT e.seq, CASE WHEN e.delivery_ref IS NOT NULL THEN 'settled' WHEN e.exhausted THEN 'dead'
+                       ELSE 'lease_expired' END,
+           e.attempts, 'lease_expired',
+           CASE WHEN e.delivery_ref IS NOT NULL
+                THEN 'lease expired: its holder died or overran its lease; an SES event had proved the send'
+                WHEN e.exhausted THEN 'lease expired with no attempts left (' || e.attempts || ' made); '
                                       || 'the holder died or overran its lease'
                 WHEN e.again THEN 'lease expired again: its holder died or overran its lease; re-claimed alone'
                 ELSE 'lease expired: its holder died or overran its lease; back in the queue' END,
-           e.lease_owner, CASE WHEN NOT e.exhausted AND NOT e.again THEN e.available_at END
+           e.delivery_ref, e.lease_owner,
+           CASE WHEN NOT e.exhausted AND NOT e.again AND e.delivery_ref IS NULL THEN e.available_at END
       FROM expired e
      WHERE e.seq = ANY (ARRAY(SELECT seq FROM requeued UNION ALL SELECT seq FROM suspect
-                              UNION ALL SELECT seq FROM claimed WHERE status = 'dead'))
+                              UNION ALL SELECT seq FROM claimed WHERE status = 'dead'
+                              UNION ALL SELECT seq FROM landed))
 )
 -- First column: the generated values joined by spaces (none can hold one),
 -- split by models.ClaimedMessage.from_row; the body by primary key.
@@ -232,7 +248,10 @@ SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channe
 -- name: record_outcomes
 -- Record one group of outcomes in one statement, fenced on the lease: parallel
 -- arrays (one element per message) joined to their rows by primary key; rows
--- no longer ours are reported as lost. Also reads :channel's oldest pending age,
+-- no longer ours are reported as lost. A row that already holds a delivery
+-- reference took it from an SES event while in flight (feedback.sql,
+-- record_email_event): it is delivered whatever this attempt's outcome, and its
+-- history says it was settled. Also reads :channel's oldest pending age,
 -- and returns each delivered message's delivery lag in milliseconds (from
 -- created_at, or the later scheduled_at) as one comma-separated text. Each
 -- outcome but a delivery is also a line of its message's history.
@@ -245,23 +264,29 @@ WITH v AS MATERIALIZED (
         CAST(:errors AS text[]), CAST(:refs AS text[]), CAST(:delays AS float8[])
     ) AS v(seq, kind, error_class, error, ref, delay)
 ), done AS (
+    -- No event is missed: a row an event is writing is waited for and read again,
+    -- and an event written after this finds the row no longer leased and settles it.
     UPDATE outbox_message o SET
-        status           = CASE WHEN v.kind = 'delivered' THEN 'delivered'
+        status           = CASE WHEN v.kind = 'delivered' OR o.delivery_ref IS NOT NULL THEN 'delivered'
                                 WHEN v.kind = 'dead' THEN 'dead'
                                 WHEN v.kind = 'retry'
                                      AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts) THEN 'dead'
                                 ELSE 'pending' END,
-        attempts         = CASE WHEN v.kind = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
-        available_at     = CASE WHEN v.kind IN ('release', 'settle')
+        attempts         = CASE WHEN v.kind = 'release' AND o.delivery_ref IS NULL THEN greatest(o.attempts - 1, 0)
+                                ELSE o.attempts END,
+        available_at     = CASE WHEN o.delivery_ref IS NOT NULL THEN o.available_at
+                                WHEN v.kind IN ('release', 'settle')
                                   OR (v.kind = 'retry'
                                       AND o.attempts < coalesce(o.max_attempts, :default_max_attempts))
                                 THEN now() + make_interval(secs => coalesce(v.delay, 0))
                                 ELSE o.available_at END,
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        delivered_at     = CASE WHEN v.kind = 'delivered' THEN now() ELSE o.delivered_at END,
+        delivered_at     = CASE WHEN v.kind = 'delivered' OR o.delivery_ref IS NOT NULL THEN now()
+                                ELSE o.delivered_at END,
         delivery_ref     = coalesce(v.ref, o.delivery_ref),
-        dead_at          = CASE WHEN v.kind = 'dead'
+        dead_at          = CASE WHEN o.delivery_ref IS NOT NULL THEN o.dead_at
+                                WHEN v.kind = 'dead'
                                   OR (v.kind = 'retry'
                                       AND o.attempts >= coalesce(o.max_attempts, :default_max_attempts))
                                 THEN now() ELSE o.dead_at END,
@@ -270,21 +295,23 @@ WITH v AS MATERIALIZED (
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
        AND o.status = v.status AND o.lease_owner = v.owner
-    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error,
-              CASE WHEN v.kind = 'delivered'
+    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
+              CASE WHEN o.status = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
 ), history AS (
     -- Each attempt that did not deliver, as a line of its message's history
     -- (outbox_message_history), in the same statement; a delivery is the row itself
     -- (delivered_at, delivery_ref), so the common case writes nothing more. A released
-    -- attempt was refunded just now: its number is one more.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, actor, next_at)
+    -- attempt was refunded just now: its number is one more. An attempt an SES event
+    -- settled is a `settled` line with the event's SES id and this attempt's error.
+    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
     SELECT d.seq,
-           CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
-                       WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END
-                       ELSE d.kind END,
-           CASE WHEN d.kind = 'release' THEN d.attempts + 1 ELSE d.attempts END,
-           d.error_class, d.error, :owner,
+           CASE WHEN d.status = 'delivered' THEN 'settled'
+                ELSE CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
+                                 WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END
+                                 ELSE d.kind END END,
+           CASE WHEN d.kind = 'release' AND d.status = 'pending' THEN d.attempts + 1 ELSE d.attempts END,
+           d.error_class, d.error, CASE WHEN d.status = 'delivered' THEN d.delivery_ref END, :owner,
            CASE WHEN d.status = 'pending' THEN d.available_at END
       FROM done d
      WHERE d.kind <> 'delivered'
