@@ -18,8 +18,9 @@ from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
 from outbox_relay.relay import RelayPolicy
 from outbox_relay.store import LeaseStore
 from support.deadline import countdown
+from support.feedback import feedback_handler  # noqa: F401 (fixture)
 from support.network import tcp_redis  # noqa: F401 (fixture)
-from support.ses import aws_env, enqueue_mail, ses, ses_store  # noqa: F401 (fixtures)
+from support.ses import aws_env, enqueue_mail, moto_ses, ses, ses_server, ses_store  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

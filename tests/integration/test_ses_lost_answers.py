@@ -8,48 +8,23 @@ Without feedback it stays transient."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any, Iterator
 
 import pytest
 from sqlalchemy import text
 
-from outbox_relay.feedback import run as feedback_run
 from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.relay import run_batch
-from outbox_tools.lambda_local import LocalContext, load_handler
-from outbox_tools.local_ses import LocalSesServer
-from support.feedback import ADDRESS_KEY, event_for
+from support.feedback import event_for
 from support.forward import LosingForwarder
-from support.ses import CONFIGURATION_SET, SENDER_IDENTITY, make_publisher
+from support.ses import make_publisher
 
 #: The smallest deadline margin the SES relay accepts: a 1 s read timeout.
 MARGIN = 4.0
 SETTLE_SECONDS = 300.0
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalSesServer]:
-    with LocalSesServer(max_send_rate=100) as s:
-        yield s
-
-
-@pytest.fixture
-def moto_ses(server: LocalSesServer, monkeypatch) -> LocalSesServer:
-    server.reset()
-    client = server.client()
-    client.create_email_identity(EmailIdentity=SENDER_IDENTITY)
-    client.create_configuration_set(ConfigurationSetName=CONFIGURATION_SET)
-    for key in list(os.environ):
-        if key.startswith("AWS_ENDPOINT_URL") or key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-            monkeypatch.delenv(key)
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": server.region, "AWS_REGION": server.region}.items():
-        monkeypatch.setenv(key, value)
-    return server
 
 
 # `late` waits out a read timeout: under `slow`, so the default run stays quick.
@@ -81,18 +56,6 @@ def relay(ses_store, policy, monkeypatch):
     return _relay
 
 
-@pytest.fixture
-def feedback(monkeypatch, database_url):
-    monkeypatch.setenv("DATABASE_URL", database_url)
-    monkeypatch.setenv("OUTBOX_SES_ADDRESS_KEY", ADDRESS_KEY)
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "OutboxRelayTest")
-    feedback_run.reset()
-    handler = load_handler("feedback")
-    yield lambda event: handler(event, LocalContext(30))
-    feedback_run.reset()
-
-
 def window_passes(app_engine) -> None:
     """The settle window ends now, by the database clock (instead of waiting it out)."""
     with app_engine.begin() as conn:
@@ -100,7 +63,7 @@ def window_passes(app_engine) -> None:
 
 
 def test_a_lost_answer_waits_and_a_delivery_event_settles_it_with_no_second_send(
-        losing, relay, moto_ses, enqueue_mail, rows, feedback, app_engine):
+        losing, relay, moto_ses, enqueue_mail, rows, feedback_handler, app_engine):
     # Given an email whose send SES accepted and whose answer was lost
     [message_id] = enqueue_mail(1, to=["customer@example.net"])
     summary = relay(losing, settle_seconds=SETTLE_SECONDS)
@@ -113,7 +76,7 @@ def test_a_lost_answer_waits_and_a_delivery_event_settles_it_with_no_second_send
 
     # When SES's Delivery event for it arrives (its SES id from what SES recorded)
     ses_id = moto_ses.sent_messages()[0].id
-    result = feedback(event_for("delivery", outbox_id=str(message_id), ses_id=ses_id,
+    result = feedback_handler(event_for("delivery", outbox_id=str(message_id), ses_id=ses_id,
                                 recipient="customer@example.net"))
 
     # Then the message is delivered, with that SES id
@@ -205,7 +168,7 @@ def test_a_refused_connection_sent_nothing_and_is_transient(relay, moto_ses, enq
 
 
 def test_a_settled_send_frees_the_later_emails_of_its_key_at_once(
-        dropping, relay, moto_ses, enqueue_mail, rows, feedback, app_engine):
+        dropping, relay, moto_ses, enqueue_mail, rows, feedback_handler, app_engine):
     # Given two emails of one ordering key, the first's answer lost: the second waits behind it
     first, second = enqueue_mail(2, to=["customer@example.net"], key="order-1")
     relay(dropping, settle_seconds=SETTLE_SECONDS)
@@ -214,7 +177,7 @@ def test_a_settled_send_frees_the_later_emails_of_its_key_at_once(
 
     # When the first one's Send event arrives
     ses_id = moto_ses.sent_messages()[0].id
-    assert feedback(event_for("send", outbox_id=str(first), ses_id=ses_id))["settled"] == 1
+    assert feedback_handler(event_for("send", outbox_id=str(first), ses_id=ses_id))["settled"] == 1
 
     # Then the second is due at once, and the next run sends it: each email once
     assert [(r["status"], r["due"]) for r in rows()] == [("delivered", False), ("pending", True)]

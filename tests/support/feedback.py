@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A key for the addresses' hashes (tests only).
@@ -58,3 +60,20 @@ def event_for(event_type: str, *, outbox_id: str | None, ses_id: str, recipient:
         message[member]["feedbackId"] = feedback_id
     message[member].update(changes)
     return with_inner(event, message)
+
+
+@pytest.fixture
+def feedback_handler(monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[Callable[[dict], dict]]:
+    """feedback_handler(event) -> the feedback function's summary, through its handler
+    on this test's database."""
+    from outbox_relay.feedback import run as feedback_run
+    from outbox_tools.lambda_local import LocalContext, load_handler
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("OUTBOX_SES_ADDRESS_KEY", ADDRESS_KEY)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "OutboxRelayTest")
+    feedback_run.reset()
+    handler = load_handler("feedback")
+    yield lambda event: handler(event, LocalContext(30))
+    feedback_run.reset()

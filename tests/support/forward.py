@@ -6,6 +6,7 @@ answers after the server has the request, as a lost SES answer is lost."""
 import socket
 import threading
 import time
+from typing import Callable
 
 from outbox_tools.forward import Forwarder, _end
 
@@ -25,16 +26,18 @@ class LosingForwarder(Forwarder):
     went out), ``late`` holds the answer for `late_seconds` (past the client's
     read timeout) before passing it on, ``5xx`` answers 500 InternalFailure in
     its place (a server error after the body was sent). The first `after` answers,
-    and those after the lost ones, pass through."""
+    and those after the lost ones, pass through. `on_lost()`, when given, runs as
+    each answer is being lost: the server has the request, the client still waits."""
 
     def __init__(self, target_host: str, target_port: int, *, mode: str = "drop", lose: int = 1,
-                 late_seconds: float = 2.0, after: int = 0) -> None:
+                 late_seconds: float = 2.0, after: int = 0, on_lost: Callable[[], None] | None = None) -> None:
         super().__init__("127.0.0.1", target_host, target_port)
         if mode not in ("drop", "late", "5xx"):
             raise ValueError("mode must be drop, late or 5xx")
         self.mode, self.lose, self.late_seconds = mode, lose, late_seconds
         self.after = after  # answers passed on before the first one lost (GetAccount's, say)
         self.lost = 0
+        self.on_lost = on_lost
         self._lose_lock = threading.Lock()
 
     def _take_one(self) -> bool:
@@ -59,6 +62,8 @@ class LosingForwarder(Forwarder):
             while chunk := source.recv(65536):
                 # An answer starts with its status line; the chunks after it (its body) follow its fate.
                 if chunk.startswith(b"HTTP/") and self._take_one():
+                    if self.on_lost is not None:
+                        self.on_lost()
                     if self.mode == "drop":
                         break
                     if self.mode == "5xx":

@@ -23,7 +23,7 @@ from outbox_relay.producer import enqueue_email
 from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.store import LeaseStore
-from outbox_tools.local_ses import answer_get_account
+from outbox_tools.local_ses import LocalSesServer, answer_get_account
 
 SENDER_IDENTITY = "noreply@shop.example"
 DEFAULT_FROM = f"Shop <{SENDER_IDENTITY}>"
@@ -51,6 +51,30 @@ def ses(aws_env) -> Iterator[Any]:
         client.create_email_identity(EmailIdentity=SENDER_IDENTITY)
         client.create_configuration_set(ConfigurationSetName=CONFIGURATION_SET)
         yield client
+
+
+@pytest.fixture(scope="module")
+def ses_server() -> Iterator[LocalSesServer]:
+    """moto's SES in server mode, one per test module: for the tests that reach it over TCP."""
+    with LocalSesServer(max_send_rate=100) as s:
+        yield s
+
+
+@pytest.fixture
+def moto_ses(ses_server: LocalSesServer, monkeypatch: pytest.MonkeyPatch) -> LocalSesServer:
+    """`ses_server` emptied, with the default sender verified, the configuration set
+    created, and dummy credentials in the environment."""
+    ses_server.reset()
+    client = ses_server.client()
+    client.create_email_identity(EmailIdentity=SENDER_IDENTITY)
+    client.create_configuration_set(ConfigurationSetName=CONFIGURATION_SET)
+    for key in list(os.environ):
+        if key.startswith("AWS_ENDPOINT_URL") or key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            monkeypatch.delenv(key)
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": ses_server.region, "AWS_REGION": ses_server.region}.items():
+        monkeypatch.setenv(key, value)
+    return ses_server
 
 
 def sent_messages() -> list[Any]:
