@@ -9,12 +9,15 @@ line, and exactly one email in moto, also once the settle window has passed."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
@@ -194,3 +197,43 @@ def test_an_event_after_the_claim_dealt_with_the_expired_lease_settles_it(
     assert [line[0] for line in story(app_engine, message_id)] == [
         "lease_expired" if after_claim == "pending" else "dead", "settled"]
     sent_once_and_never_again(relay, at_moto, app_engine)
+
+
+def waiting_for_a_lock(app_engine) -> int:
+    with app_engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND wait_event_type = 'Lock'")).scalar_one()
+
+
+@pytest.mark.parametrize("first", ["outcome", "event"])
+def test_an_event_and_the_lost_answers_outcome_written_at_the_same_moment_settle_the_send(
+        first, ses_store, enqueue_mail, rows, feedback_handler, app_engine):
+    # Given a leased email, and a transaction holding its row, so that the relay's outcome
+    # write (the answer was lost) and the event's statement both wait for it, in a known order
+    [message_id] = enqueue_mail(1, to=[TO])
+    [claimed] = ses_store.claim("relay", 10, 30)
+    ses_id = f"0100{uuid.uuid4().hex}-000000"
+    outcome = Outcome(claimed.seq, OutcomeKind.SETTLE, ErrorClass.AMBIGUOUS, "read timeout", None, SETTLE_SECONDS)
+    writers = {"outcome": lambda: ses_store.record("relay", [outcome]),
+               "event": lambda: feedback_handler(event_for("send", outbox_id=str(message_id), ses_id=ses_id))}
+    done: dict[str, Any] = {}
+    with app_engine.connect() as holder, ThreadPoolExecutor(2) as pool:
+        holder.execute(text("SELECT 1 FROM outbox_message WHERE seq = :s FOR UPDATE"), {"s": claimed.seq})
+        for n, name in enumerate([first, *(w for w in writers if w != first)], start=1):
+            done[name] = pool.submit(writers[name])
+            give_up = time.monotonic() + 60
+            while waiting_for_a_lock(app_engine) < n:
+                assert time.monotonic() < give_up, f"{name} did not wait for the row"
+                time.sleep(0.02)
+        # When the row is released: the first writes, the second waits for it and then writes
+        holder.rollback()
+        recorded, summary = done["outcome"].result(60), done["event"].result(60)
+
+    # Then the send is delivered either way, never pending for a second send: by the event
+    # when the outcome was written first, else by the outcome write
+    assert (recorded.delivered, summary["settled"], summary["in_flight"]) == (
+        (0, 1, 0) if first == "outcome" else (1, 0, 1))
+    [row] = rows()
+    assert (row["status"], row["delivery_ref"]) == ("delivered", ses_id)
+    assert [(h[0], h[3]) for h in story(app_engine, message_id)] == (
+        [("ambiguous", None), ("settled", ses_id)] if first == "outcome" else [("settled", ses_id)])
