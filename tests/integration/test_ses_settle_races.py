@@ -5,7 +5,9 @@ function as it loses the answer: dropped, or later than the read timeout),
 after the relay recorded the send ambiguous, and after the relay died with the
 send made (its lease expired, before or after the claim dealt with it). Each
 ordering ends with the message delivered, its history ending with a `settled`
-line, and exactly one email in moto, also once the settle window has passed."""
+line, and exactly one email in moto, also once the settle window has passed.
+Last, the outcome write and the event's statement waiting on the same row, in
+either order."""
 
 from __future__ import annotations
 
