@@ -136,7 +136,8 @@ def test_an_event_after_the_ambiguous_send_was_recorded_settles_it(
 def die_after_sending(ses_store, moto_ses, rows) -> None:
     """A relay claims the email, SES accepts its send, and the relay dies before its outcome write."""
     claim = ses_store.claim("dead-relay", 10, 30)
-    publisher = make_publisher(create_ses_client(max_concurrency=2), settle_seconds=SETTLE_SECONDS)
+    client = create_ses_client(max_concurrency=2, read_timeout_seconds=30.0)
+    publisher = make_publisher(client, settle_seconds=SETTLE_SECONDS)
     publisher.begin(PLENTY)
     publisher.deliver(claim, PLENTY, lambda results: None)
     assert len(moto_ses.sent_messages()) == 1 and [r["status"] for r in rows()] == ["leased"]
