@@ -148,7 +148,7 @@ def measure_case(env: BenchEnv, name: str, *, rows: int, pending: int, claims: i
         for i in range(warmup + claims):
             owner = f"bench-growth-{i}"
             started = time.perf_counter()
-            claimed = store.claim(owner, claim_batch, 120.0)
+            claimed = store.claim(owner, claim_batch, 120.0).messages
             if i >= warmup:
                 latencies.append((time.perf_counter() - started) * 1000.0)
             if not claimed:

@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterator
 import pg8000.core
 
 from outbox_relay import store as store_module
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
 from .drain import prepare_backlog, warm
 from .env import BenchEnv, redis_cpu_seconds

@@ -192,7 +192,7 @@ def crash_fleet(env: BenchEnv, batch_size: int) -> int:
     invocation, then let their leases run out. Returns the invocations that died."""
     store = LeaseStore(env.engine, Channel.REDIS, default_max_attempts=MAX_ATTEMPTS)
     dead = 0
-    while store.claim(lease_token(f"crashed-{dead}"), batch_size, LEASE_SECONDS):
+    while store.claim(lease_token(f"crashed-{dead}"), batch_size, LEASE_SECONDS).messages:
         dead += 1
     expire_leases(env)
     return dead

@@ -10,12 +10,10 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import observability as obs
-from .batch import NO_TIME
 from .errors import ConfigurationError, InvalidEventError
+from .loop import NO_TIME, RelayLoop
 from .models import Channel, Mode
-from .modes import run_invocation
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
-from .publishers import base as contract
 from .publishers.base import Deadline
 from .runtime import Dependencies
 from .store import lease_token
@@ -112,10 +110,9 @@ def _run_poller(deps: Dependencies, deadline: Deadline, owner: str,
     settings = deps.settings
     handover = Handover(deps.pollers, owner, settings.channel, deadline,
                         lead_seconds=settings.effective_successor_lead_seconds,
-                        start_successor=deps.start_successor, rate_shared=hasattr(deps.publisher, "share_rate"))
+                        start_successor=deps.start_successor, rate_shared=deps.publisher.rate_shared)
     handover.start()
-    if hasattr(deps.publisher, "share_rate"):
-        deps.publisher.share_rate(handover.rate_share)
+    deps.publisher.share_rate(handover.rate_share)
 
     def progress(summary: Summary) -> None:
         handover.emit_metrics()
@@ -125,8 +122,8 @@ def _run_poller(deps: Dependencies, deadline: Deadline, owner: str,
     try:
         with HeartbeatThread(handover, settings.poller_ttl_seconds / BEATS_PER_TTL,
                              join_seconds=min(2.0, settings.deadline_margin_seconds / 2)):
-            summary = run_invocation(deps.store, deps.publisher, deps.policy, handover.deadline(), owner,
-                                     on_progress=progress, may_claim=handover.may_claim)
+            summary = RelayLoop(deps.store, deps.publisher, deps.policy, handover.deadline(), owner,
+                                     on_progress=progress, may_claim=handover.may_claim).run()
         failed = False
     finally:
         handover.finish(failed=failed)
@@ -151,14 +148,14 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
                                  f"the event asks for {parsed.channel.value}")
     check_timeout(deps, context)
     deadline = Deadline(context.get_remaining_time_in_millis, deps.settings.deadline_margin_seconds)
-    owner = lease_token(getattr(context, "aws_request_id", "local"))
+    owner = lease_token(context.aws_request_id)
     window = MetricsWindow(channel, deps.settings.metrics_interval_seconds)
 
     if deps.policy.mode is Mode.LATENCY and deps.pollers is not None:
         summary, handover = _run_poller(deps, deadline, owner, window)
     else:
-        summary, handover = run_invocation(deps.store, deps.publisher, deps.policy, deadline, owner,
-                                           on_progress=window.maybe_flush), None
+        summary, handover = RelayLoop(deps.store, deps.publisher, deps.policy, deadline, owner,
+                                           on_progress=window.maybe_flush).run(), None
     if summary.oldest_pending_age_seconds is None:
         # The outcome writes read it. With nothing recorded, a last claim that found
         # nothing says no message was due; else (a closed gate) it is read.
@@ -171,7 +168,7 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
         result["handover"] = handover.summary()
 
     window.add(summary)
-    counters = contract.counters(deps.publisher)
+    counters = deps.publisher.counters
     if counters:
         # The publisher's own counts (Redis: not replicated, memory full, stream full, trimmed).
         for name, value in counters.items():

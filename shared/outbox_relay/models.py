@@ -117,22 +117,8 @@ class ClaimedMessage(NamedTuple):
     max_attempts: int
     created_at: str
 
-    @classmethod
-    def from_row(cls, row: Any) -> "ClaimedMessage":
-        """Build from a row of the claim statement (see `sql.relay.claim`): a first
-        column "seq status attempts max_attempts message_id created_at"
-        (generated values, never with a space), then destination, type, key,
-        payload and headers."""
-        head, destination, type_, key, payload, headers = row[:6]
-        seq, status, attempts, max_attempts, message_id, created_at = head.split(" ")
-        return _new_tuple(cls, (
-            int(seq), message_id, _STATUS[status], destination, type_, key, payload, headers,
-            int(attempts), int(max_attempts), created_at,
-        ))
-
 
 _new_tuple = tuple.__new__
-_STATUS = {s.value: s for s in Status} | {s: s for s in Status}
 
 
 class DeliveryResult(NamedTuple):

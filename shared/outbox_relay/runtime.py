@@ -14,12 +14,11 @@ from typing import Any
 from .backoff import Backoff
 from .config import Settings, get_settings
 from .db import create_relay_engine
+from .loop import RelayPolicy
 from .models import Channel, Mode
 from .pollers import PollerRegistry, Registry, StartSuccessor, lambda_starter
 from .publishers.base import Publisher
-from .publishers.redis import GC_YOUNG_THRESHOLD as REDIS_GC_YOUNG_THRESHOLD
 from .publishers.registry import spec_for
-from .relay import RelayPolicy
 from .store import LeaseStore
 
 
@@ -39,13 +38,6 @@ class Dependencies:
 def build_publisher(settings: Settings) -> Publisher:
     """The publisher of `settings.channel`, built by its package (`publishers/registry.py`)."""
     return spec_for(settings.channel).build_publisher(settings)
-
-
-def redis_url(settings: Settings) -> str:
-    """The Redis URL (kept here for callers of its old place; see `publishers.redis.build`)."""
-    from .publishers.redis.build import redis_url as resolve
-
-    return resolve(settings)
 
 
 def build_policy(settings: Settings) -> RelayPolicy:
@@ -83,8 +75,6 @@ def get_dependencies() -> Dependencies:
     return deps
 
 
-#: The Redis relay's young-generation threshold (its spec's `gc_young_threshold`).
-GC_YOUNG_THRESHOLD = REDIS_GC_YOUNG_THRESHOLD
 _gc_settled = False
 
 
@@ -98,7 +88,7 @@ def settle_gc(channel: Channel) -> None:
       Collector interface", `gc.freeze`), so no full collection walks them in
       the middle of a batch.
     - A channel whose spec sets `gc_young_threshold` gets that young-generation
-      threshold (`gc.set_threshold`). Redis sets `GC_YOUNG_THRESHOLD`: a Redis
+      threshold (`gc.set_threshold`). Redis sets one (`publishers.redis.GC_YOUNG_THRESHOLD`): a Redis
       batch builds a few tuples per message (claimed row, delivery result,
       outcome), freed by reference counting, and no reference cycles, so the
       default threshold only makes the collector run to find nothing. SES keeps

@@ -6,14 +6,15 @@ import operator
 import secrets
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from sqlalchemy import Engine
 
 from . import sql
 from .db import run_with_retry
-from .models import Channel, ClaimedMessage, OrderingOnDead, Outcome, OutcomeKind
+from .models import Channel, ClaimedMessage, ErrorClass, OrderingOnDead, Outcome, OutcomeKind, Status
 
 #: Default byte budget of one claim: 32 MiB of payload JSON text.
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024
@@ -32,9 +33,10 @@ LOCKED_HOLD_MIN_SECONDS = 1.0
 LOCKED_HOLD_MAX_SECONDS = 30.0
 
 
-class Claim(list):
-    """The messages one claim returned, in seq order (a list of `ClaimedMessage`),
-    and what the statement saw besides:
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What one claim returned: its messages in seq order, and what the statement
+    saw besides:
 
     - `scanned`: due rows it claimed or moved out of their key's way (none claimed
       and some moved: claim again, the moved ones are out of the way for good);
@@ -48,18 +50,22 @@ class Claim(list):
       few rows the claim returned);
     - `requeued`: expired leases it put back to pending (their first expiry): the
       next claim can take them;
-    - `locked`: keys' first messages it found locked by another transaction,
+    - `locked_heads`: keys' first messages it found locked by another transaction,
       with later rows of their key in its scan, as ``"seq:xmax"`` (xmax: the
       locking transaction); `unconfirmed`: of those, the ones not yet seen locked
       by that transaction for long enough for their rows to be moved.
+
+    Messages with status DEAD were re-claimed with no attempts left and
+    dead-lettered (`lease_expired`) by the claim; the rest are leased.
     """
 
+    messages: tuple[ClaimedMessage, ...] = ()
     scanned: int = 0
     due: int = 0
     suspect: bool = False
     cut: bool = False
     requeued: int = 0
-    locked: tuple[str, ...] = ()
+    locked_heads: tuple[str, ...] = ()
     unconfirmed: tuple[str, ...] = ()
 
 
@@ -89,25 +95,35 @@ class RecordResult:
     lags_ms: tuple[int, ...] = ()
 
 
-class Store(Protocol):
-    """What the relay loop needs of the lease store (tests pass a fake)."""
+class Store(ABC):
+    """What the relay loop needs of the lease store. `LeaseStore` is PostgreSQL's;
+    `testing.InMemoryStore` is the fake; both pass tests/contract/store."""
 
-    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = ...) -> list[ClaimedMessage]:
-        """Claim up to `limit` messages under `owner` for `lease_seconds` (a `Claim`,
-        or a plain list: then nothing is suspect and `scanned` is its length)."""
+    #: The channel's policy for the keys of dead letters.
+    ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP
 
+    @abstractmethod
+    def claim(self, owner: str, limit: int, lease_seconds: float,
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
+        """Claim up to `limit` messages under `owner` for `lease_seconds`, stopping
+        once the payloads' JSON text reaches `max_bytes` (at least one is claimed)."""
+
+    @abstractmethod
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         """Write `outcomes`, fenced on `owner`'s lease."""
 
-    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
-                error_class=None, error: str | None = None) -> RecordResult:
-        """Give back messages not delivered, refunding the claim's attempt."""
-
+    @abstractmethod
     def oldest_pending_age_seconds(self) -> float:
-        """Age of the oldest due pending message, seconds."""
+        """Age of the oldest due pending message, seconds (0 when none)."""
+
+    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
+                error_class: ErrorClass | None = None, error: str | None = None) -> RecordResult:
+        """Give back messages not delivered, refunding the claim's attempt."""
+        return self.record(owner, [Outcome(s, OutcomeKind.RELEASE, error_class, error, None, delay_seconds)
+                                   for s in seqs])
 
 
-class LeaseStore:
+class LeaseStore(Store):
     """Claims and outcome writes for one channel, one statement each.
 
     `engine` is the relay's (`db.create_relay_engine`: each statement in a short
@@ -128,7 +144,7 @@ class LeaseStore:
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> Claim:
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
         """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`,
         stopping once the payloads' JSON text claimed reaches `max_bytes` (bytes; at
         least one message is always claimed).
@@ -140,26 +156,22 @@ class LeaseStore:
         by the same statement; the rest are LEASED to `owner`.
         """
         if limit <= 0:
-            return Claim()
+            return ClaimResult()
         confirmed = self.locked_heads.confirmed()
         params = self.claim_parameters(owner, limit, lease_seconds, max_bytes, locked_heads=confirmed)
-
-        def work(conn):
-            return conn.execute(sql.relay.claim, params).fetchall()
-
-        rows = run_with_retry(self.engine, work)
-        from_row = ClaimedMessage.from_row
-        claim = Claim(from_row(r) for r in rows if r[0])
-        claim.sort(key=_seq_of)
-        if rows:
-            claim.scanned, claim.suspect, claim.due = int(rows[0][6]), bool(rows[0][7]), int(rows[0][8])
-            claim.cut, claim.requeued = bool(rows[0][9]), int(rows[0][10])
-            if rows[0][11]:
-                claim.locked = tuple(rows[0][11].split(","))
-        self.locked_heads.seen(claim.locked)
-        # Those this claim was not told to move (confirmed since it began, maybe): claim again.
-        claim.unconfirmed = tuple(h for h in claim.locked if h not in confirmed)
-        return claim
+        rows = run_with_retry(self.engine, lambda conn: conn.execute(sql.relay.claim, params).fetchall())
+        if not rows:
+            return ClaimResult()
+        # Every row carries the statement's counts; with nothing claimed, one row of
+        # counts alone (its message columns NULL).
+        _, _, _, _, _, _, scanned, suspect, due, cut, requeued, locked = rows[0]
+        messages = sorted((_message(r) for r in rows if r[0]), key=_seq_of)
+        locked_heads = tuple(locked.split(",")) if locked else ()
+        self.locked_heads.seen(locked_heads)
+        return ClaimResult(tuple(messages), int(scanned), int(due), bool(suspect), bool(cut), int(requeued),
+                           locked_heads,
+                           # Those this claim was not told to move (confirmed since it began, maybe): claim again.
+                           tuple(h for h in locked_heads if h not in confirmed))
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
                          max_bytes: int = DEFAULT_BATCH_MAX_BYTES, *,
@@ -213,12 +225,6 @@ class LeaseStore:
         return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs, float(oldest),
                             tuple(map(int, lags.split(","))) if lags else ())
 
-    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
-                error_class=None, error: str | None = None) -> RecordResult:
-        """Give back messages not delivered, refunding the claim's attempt."""
-        return self.record(owner, [Outcome(s, OutcomeKind.RELEASE, error_class, error, None, delay_seconds)
-                                   for s in seqs])
-
     def oldest_pending_age_seconds(self) -> float:
         """Age in seconds of the oldest due pending message (0 when none), by the database clock."""
         return float(run_with_retry(
@@ -227,6 +233,18 @@ class LeaseStore:
 
 
 _seq_of = operator.attrgetter("seq")
+_new_message = tuple.__new__
+_STATUS = {s.value: s for s in Status}
+
+
+def _message(row) -> ClaimedMessage:
+    """A message from a row of `sql.relay.claim`: a first column "seq status attempts
+    max_attempts message_id created_at" (generated values, never with a space; one
+    text column decodes faster than six), then destination, type, key, payload, headers."""
+    head, destination, type_, key, payload, headers = row[:6]
+    seq, status, attempts, max_attempts, message_id, created_at = head.split(" ")
+    return _new_message(ClaimedMessage, (int(seq), message_id, _STATUS[status], destination, type_, key, payload,
+                                         headers, int(attempts), int(max_attempts), created_at))
 
 
 class LockedHeads:

@@ -4,7 +4,6 @@ metrics (docs/design.md, "Handler summary")."""
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,8 +94,3 @@ class Summary:
 #: The Summary fields that count messages (summed over batches, emitted as metrics).
 COUNTERS = ("claimed", "delivered", "retried", "dead", "released", "lease_lost", "throttled")
 
-
-def finish(summary: Summary, started: float) -> Summary:
-    """Set the invocation's duration, from `started` (`time.perf_counter()`)."""
-    summary.duration_ms = round((time.perf_counter() - started) * 1000.0, 3)
-    return summary

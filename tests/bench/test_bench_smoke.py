@@ -199,7 +199,7 @@ def test_phases_hooks_are_removed_afterwards(servers, redis_prefix, monkeypatch)
     from bench.payloads import STREAMS
     from bench.phases import run_phases
     from outbox_relay import store as store_module
-    from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
+    from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
     originals = (store_module.LeaseStore.claim, store_module.LeaseStore.record, store_module.run_with_retry,
                  pg8000.core.CoreConnection.execute_unnamed, RedisStreamsPublisher.gate,

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from outbox_relay.modes import run_invocation
+from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.registry import CHANNELS
 from support.channel_harnesses import HARNESSES, POLICY, Fault
@@ -30,7 +30,7 @@ def make_due(engine) -> None:
 
 def invoke(store, publisher, deadline: Deadline, owner: str):
     """One batch-mode invocation, entered as the handler enters it (`begin`, then the loop)."""
-    return run_invocation(store, publisher, POLICY, deadline, owner)
+    return RelayLoop(store, publisher, POLICY, deadline, owner).run()
 
 
 def state(row: dict[str, Any]) -> tuple[str, int, str | None]:
@@ -58,7 +58,7 @@ def test_delivers_each_message_once_with_a_delivery_ref(harness, store, app_engi
 def test_the_message_id_is_the_dedupe_key(harness, store, app_engine, plenty) -> None:
     # Given a message delivered, and delivered again (its acknowledgement was lost)
     [mid] = harness.enqueue(1)
-    claimed = store.claim("owner", 10, 30)
+    claimed = store.claim("owner", 10, 30).messages
     publisher = harness.publisher()
     for _ in range(2):
         publisher.deliver(claimed, plenty, lambda results: None)
@@ -168,7 +168,7 @@ def test_the_deadline_is_respected(harness, store, app_engine) -> None:
     assert [state(rows(app_engine)[i]) for i in ids] == [("pending", 0, None)] * 2
     # When messages claimed earlier are handed to the publisher past the deadline
     results: list = []
-    publisher.deliver(store.claim("b", 10, 30), passed, results.extend)
+    publisher.deliver(store.claim("b", 10, 30).messages, passed, results.extend)
     # Then it starts no delivery, and reports none delivered
     assert harness.received() == []
     assert not [r for r in results if r.error_class is None]

@@ -176,7 +176,7 @@ def test_an_idle_latency_invocation_costs_one_claim_per_poll(mode_env, app_engin
 
     seed(app_engine, redis_prefix, 30)
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=3)
-    claimed = store.claim("history", 30, 60)
+    claimed = store.claim("history", 30, 60).messages
     store.record("history", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1") for m in claimed])
     handler = mode_env("latency", OUTBOX_POLL_INTERVAL_SECONDS="0.1", OUTBOX_DEADLINE_MARGIN_SECONDS="0.5")
     runtime.get_dependencies()

@@ -10,12 +10,11 @@ import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import Channel, Mode
-from outbox_relay.modes import run_invocation
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore
 from support.deadline import countdown
 from support.feedback import feedback_handler  # noqa: F401 (fixture)
@@ -63,9 +62,9 @@ def invoke(mode):
     def _invoke(store, publisher, policy, owner, deadline: Deadline | None = None):
         if deadline is None:
             deadline = countdown(1.5) if mode is Mode.LATENCY else Deadline(lambda: 600_000, margin_seconds=1)
-        return run_invocation(store, publisher,
+        return RelayLoop(store, publisher,
                               dataclasses.replace(policy, mode=mode, poll_interval_seconds=0.05,
-                                                  poll_max_interval_seconds=0.05), deadline, owner)
+                                                  poll_max_interval_seconds=0.05), deadline, owner).run()
 
     return _invoke
 

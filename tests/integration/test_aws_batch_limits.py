@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from outbox_relay.config import load_settings
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Channel
-from outbox_relay.modes import run_invocation
 from outbox_relay.producer import enqueue_sqs
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.registry import spec_for
@@ -32,8 +32,8 @@ def test_each_call_carries_at_most_ten_entries_and_256_kib(n, payload_bytes, mos
                                           lambda params, **_: calls.append(list(params["Entries"])))
     # When one invocation delivers them in one claim
     store = LeaseStore(relay_engine, Channel.SQS, default_max_attempts=3, error_max_chars=300)
-    summary = run_invocation(store, publisher, POLICY,
-                             Deadline(lambda: 60_000, 5), "owner")
+    summary = RelayLoop(store, publisher, POLICY,
+                             Deadline(lambda: 60_000, 5), "owner").run()
     # Then all went, in calls within SQS's limits, as full as those allow
     assert summary.delivered == n
     assert sum(len(c) for c in calls) == n

@@ -111,9 +111,9 @@ def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, re
         conn.execute(text("VACUUM ANALYZE outbox_message"))
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
     for _ in range(2):
-        batch = store.claim("me", 1000, 60)
+        batch = store.claim("me", 1000, 60).messages
         store.record("me", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1-0", 0) for m in batch])
-    assert len(store.claim("me", 1000, 60)) == 1000  # in flight
+    assert len(store.claim("me", 1000, 60).messages) == 1000  # in flight
     # When the same relay claims the next batch
     params = store.claim_parameters("me", 1000, 60.0)
     with app_engine.begin() as conn:
@@ -172,13 +172,13 @@ def test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased(app_en
         enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}) for i in range(20_000)])
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
     dead = 0
-    while store.claim(f"dead-{dead}", 1000, 60):
+    while store.claim(f"dead-{dead}", 1000, 60).messages:
         dead += 1
     with app_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # VACUUM: no transaction
         conn.execute(text("UPDATE outbox_message SET lease_expires_at = now() - interval '1 second'"))
         conn.execute(text("VACUUM ANALYZE outbox_message"))
     # When a relay requeues them, claims a batch and records it delivered
-    assert not store.claim("me", 1000, 60) and len(batch := store.claim("me", 1000, 60)) == 1000
+    assert not store.claim("me", 1000, 60).messages and len(batch := store.claim("me", 1000, 60).messages) == 1000
     params = {"owner": "me", "channel": "redis", "default_max_attempts": 10,
               "seqs": "{" + ",".join(str(m.seq) for m in batch) + "}", "kinds": "{" + ",".join(["delivered"] * 1000)
               + "}", "error_classes": None, "errors": None, "refs": "{" + ",".join(['"1-0"'] * 1000) + "}",

@@ -15,9 +15,9 @@ import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayPolicy
 from outbox_relay.models import OutcomeKind
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore, lease_token
 
 N = 5000
@@ -60,7 +60,7 @@ def test_eight_threads_deliver_each_message_once(enqueue, relay_engine, servers,
             def claim(*args, **kwargs):
                 got = original(*args, **kwargs)
                 with lock:
-                    claims.append([m.seq for m in got])
+                    claims.append([m.seq for m in got.messages])
                 return got
 
             record = store.record
@@ -114,8 +114,8 @@ def _channel():
 @pytest.mark.slow  # about 4 s of scheduled invocations
 def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, relay_engine, servers, redis_client,
                                                                     redis_prefix, app_engine):
+    from outbox_relay.loop import RelayLoop
     from outbox_relay.models import Channel, Mode
-    from outbox_relay.modes import run_invocation
     from support.deadline import countdown
 
     # Given an application committing a message every 10 ms
@@ -137,8 +137,8 @@ def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, rel
         policy = RelayPolicy(batch_size=50, lease_seconds=30, backoff=Backoff(), mode=Mode.LATENCY,
                              poll_interval_seconds=0.02, poll_max_interval_seconds=0.05)
         started = time.monotonic()
-        summaries[i] = run_invocation(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
-                                      countdown(1.0, margin=0.2), lease_token(f"handover-{i}"))
+        summaries[i] = RelayLoop(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
+                                      countdown(1.0, margin=0.2), lease_token(f"handover-{i}")).run()
         windows[i] = (started, time.monotonic())
         client.close()
 

@@ -46,7 +46,8 @@ from outbox_relay import runtime
 from outbox_relay.config import load_settings
 from outbox_relay.db import create_relay_engine, iam_token
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.publishers.redis_client import create_redis_client
+from outbox_relay.publishers.redis import build as redis_build
+from outbox_relay.publishers.redis.client import create_redis_client
 from support.forward import Forwarder
 from support.network import postgres_target, postgres_through
 
@@ -578,7 +579,7 @@ def test_rediss_url_from_the_secret_connects_with_tls_and_auth(aws, redis_tls, r
     settings = load_settings(database_url="postgresql+pg8000://u@h/d", channel="redis", redis_url_secret_arn=arn)
 
     # When the relay builds its Redis client from it
-    resolved = runtime.redis_url(settings)
+    resolved = redis_build.redis_url(settings)
     client = create_redis_client(resolved)
     try:
         # Then it speaks TLS, authenticated as the user
@@ -621,7 +622,7 @@ def test_redis_secret_must_hold_a_redis_url(aws) -> None:
     arn = aws.create_secret(Name="outbox/redis-bad", SecretString="master.outbox.cache.amazonaws.com:6379")["ARN"]
     settings = load_settings(database_url="postgresql+pg8000://u@h/d", channel="redis", redis_url_secret_arn=arn)
     with pytest.raises(ConfigurationError) as caught:
-        runtime.redis_url(settings)
+        redis_build.redis_url(settings)
     assert caught.value.variable == "REDIS_URL_SECRET_ARN" and "amazonaws" not in str(caught.value)
 
 
@@ -631,7 +632,7 @@ def test_a_redis_url_in_the_secret_is_checked_as_redis_url_is(aws) -> None:
     settings = load_settings(database_url="postgresql+pg8000://u@h/d", channel="redis", redis_url_secret_arn=arn)
     # Then the relay refuses it, naming the secret's variable, without echoing the token or the host
     with pytest.raises(ConfigurationError) as caught:
-        runtime.redis_url(settings)
+        redis_build.redis_url(settings)
     assert caught.value.variable == "REDIS_URL_SECRET_ARN" and "database" in caught.value.problem
     assert "t0ken" not in str(caught.value) and "amazonaws" not in str(caught.value)
 

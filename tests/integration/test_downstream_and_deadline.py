@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from outbox_relay.models import Mode
-from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_client import create_redis_client
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
+from outbox_relay.publishers.base import Deadline, Publisher
+from outbox_relay.publishers.redis.client import create_redis_client
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_tools.redis_nodes import free_port
 
 
@@ -73,7 +73,7 @@ def test_time_running_out_after_claim_releases_the_rest(enqueue, store, publishe
 def test_an_unexpected_error_releases_before_raising(enqueue, store, policy, rows, invoke):
     enqueue(3)
 
-    class Broken:
+    class Broken(Publisher):
         channel = store.channel
         pipelined = True
 

@@ -6,10 +6,10 @@ from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 def test_late_ack_after_takeover_is_lease_lost(enqueue, store, rows, expire_leases):
     # Given A claimed a message and overran its lease, and B took it over
     enqueue(1)
-    (m,) = store.claim("owner-a", 10, 30)
+    (m,) = store.claim("owner-a", 10, 30).messages
     expire_leases()
     assert store.claim("owner-b", 10, 30).requeued == 1  # a first expiry: back in the queue
-    (taken,) = store.claim("owner-b", 10, 30)
+    (taken,) = store.claim("owner-b", 10, 30).messages
     assert taken.seq == m.seq
     before = rows()[0]
     # When A finally records every kind of outcome for it
@@ -30,7 +30,7 @@ def test_late_ack_after_takeover_is_lease_lost(enqueue, store, rows, expire_leas
 def test_ack_after_own_expiry_but_before_takeover_still_counts(enqueue, store, rows, expire_leases):
     """The fence is the owner token, not the clock: an overrun without a takeover is still ours."""
     enqueue(1)
-    (m,) = store.claim("owner-a", 10, 30)
+    (m,) = store.claim("owner-a", 10, 30).messages
     expire_leases()
     assert store.record("owner-a", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")]).delivered == 1
     assert rows()[0]["status"] == "delivered"
@@ -40,7 +40,7 @@ def test_mixed_group_counts_only_the_lost_ones(enqueue, store, expire_leases, ap
     from sqlalchemy import text
 
     enqueue(3)
-    ms = store.claim("a", 10, 30)
+    ms = store.claim("a", 10, 30).messages
     with app_engine.begin() as conn:  # one of them is taken over
         conn.execute(text("UPDATE outbox_message SET lease_owner = 'b' WHERE seq = :s"), {"s": ms[1].seq})
     result = store.record("a", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1") for m in ms])

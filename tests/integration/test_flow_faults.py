@@ -12,8 +12,8 @@ import time
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Mode
-from outbox_relay.modes import run_invocation
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from support.deadline import countdown
@@ -54,7 +54,7 @@ def test_a_key_whose_first_message_is_locked_holds_up_only_itself(store, publish
 
         # When a relay runs for a few seconds
         began = time.monotonic()
-        run_invocation(store, publisher, relay, countdown(3 if mode is Mode.LATENCY else 60), "locked")
+        RelayLoop(store, publisher, relay, countdown(3 if mode is Mode.LATENCY else 60), "locked").run()
 
         # Then the other keys were delivered, each in order, and none of the hot key
         order = _per_key(redis_client, stream)
@@ -69,8 +69,8 @@ def test_a_key_whose_first_message_is_locked_holds_up_only_itself(store, publish
         with app_engine.begin() as conn:
             enqueue_events_bulk(conn, [dict(stream=stream, type=str(n + 300), payload={}, key="late")])
         claim = store.claim("probe", 500, 30)
-        assert [m.key for m in claim] == ["late"] and claim.due < 50
-        store.release("probe", [m.seq for m in claim])
+        assert [m.key for m in claim.messages] == ["late"] and claim.due < 50
+        store.release("probe", [m.seq for m in claim.messages])
         # And the key's messages enqueued during the lock wait behind it too
         with app_engine.begin() as conn:
             enqueue_events_bulk(conn, [dict(stream=stream, type=str(n + 301 + i), payload={}, key="hot")
@@ -85,7 +85,7 @@ def test_a_key_whose_first_message_is_locked_holds_up_only_itself(store, publish
     deadline = time.monotonic() + 60
     drain = dataclasses.replace(relay, mode=Mode.DRAIN)
     while len(_per_key(redis_client, stream)["hot"]) < n + 5 and time.monotonic() < deadline:
-        run_invocation(store, publisher, drain, countdown(60), "after")
+        RelayLoop(store, publisher, drain, countdown(60), "after").run()
         time.sleep(0.2)
     hot_order = _per_key(redis_client, stream)["hot"]
     assert hot_order == list(range(n)) + list(range(n + 301, n + 306))
@@ -97,8 +97,8 @@ def test_drain_goes_on_past_batches_cut_by_the_byte_budget(enqueue, store, publi
     ids = enqueue(120, stream="big", payload=BIG)
 
     # When one drain invocation runs with a minute left
-    summary = run_invocation(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
-                             Deadline(lambda: 60_000, margin_seconds=5), "drain")
+    summary = RelayLoop(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
+                             Deadline(lambda: 60_000, margin_seconds=5), "drain").run()
 
     # Then a batch cut by the budget counted as full: it went on until all were delivered, intact
     assert (summary.delivered, summary.batches) == (120, 2)
@@ -112,12 +112,12 @@ def test_a_mass_of_expired_leases_is_recovered_in_batches(enqueue, store, publis
     # Given 2,000 messages claimed by relays that all died (every lease expired at once)
     enqueue(2000, stream="mass")
     for owner in ("a", "b", "c", "d"):
-        store.claim(owner, 500, 30)
+        store.claim(owner, 500, 30).messages
     expire_leases()
 
     # When one drain invocation runs
-    summary = run_invocation(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
-                             Deadline(lambda: 600_000, margin_seconds=5), "recovery")
+    summary = RelayLoop(store, publisher, dataclasses.replace(policy, batch_size=500, mode=Mode.DRAIN),
+                             Deadline(lambda: 600_000, margin_seconds=5), "recovery").run()
 
     # Then they came back at batch speed, not one message per claim, each once, on its second attempt
     assert summary.delivered == 2000 and summary.suspects == 0 and summary.batches <= 8
@@ -130,12 +130,12 @@ def test_batch_mode_delivers_a_requeued_lease_when_its_claim_also_killed_one(enq
     # Given two expired leases: one with attempts left, one with none
     enqueue(1, stream="kept")
     enqueue(1, stream="spent", max_attempts=1)
-    store.claim("died", 10, 30)
+    store.claim("died", 10, 30).messages
     expire_leases()
 
     # When one batch-mode invocation runs
-    summary = run_invocation(store, publisher, dataclasses.replace(policy, mode=Mode.BATCH),
-                             Deadline(lambda: 600_000, margin_seconds=5), "after")
+    summary = RelayLoop(store, publisher, dataclasses.replace(policy, mode=Mode.BATCH),
+                             Deadline(lambda: 600_000, margin_seconds=5), "after").run()
 
     # Then the claim that killed one and requeued the other is not the batch: the requeued one goes now
     assert summary.dead == 1 and summary.delivered == 1
@@ -145,15 +145,15 @@ def test_batch_mode_delivers_a_requeued_lease_when_its_claim_also_killed_one(enq
 def test_a_lease_that_expires_again_is_reclaimed_alone(enqueue, store, rows, expire_leases):
     # Given a batch whose holder died, requeued, claimed again, and whose new holder died too
     enqueue(5, stream="again")
-    store.claim("first", 10, 30)
+    store.claim("first", 10, 30).messages
     expire_leases()
     assert store.claim("second", 10, 30).requeued == 5
-    assert len(store.claim("second", 10, 30)) == 5
+    assert len(store.claim("second", 10, 30).messages) == 5
     expire_leases()
 
     # Then each is now a suspect: re-claimed alone, with nothing else
     claim = store.claim("third", 10, 30)
-    assert claim.suspect and len(claim) == 1 and claim[0].attempts == 3
+    assert claim.suspect and len(claim.messages) == 1 and claim.messages[0].attempts == 3
 
 
 def _poller_through(forwarder: Forwarder, database_url: str, monkeypatch) -> None:
@@ -220,11 +220,11 @@ def test_batch_and_drain_still_fail_fast_without_the_database(store, publisher, 
     nowhere = LeaseStore(engine, Channel.REDIS, default_max_attempts=3)
     for mode in (Mode.BATCH, Mode.DRAIN):
         with pytest.raises(DBAPIError):
-            run_invocation(nowhere, publisher, dataclasses.replace(policy, mode=mode), countdown(2.0), "x")
+            RelayLoop(nowhere, publisher, dataclasses.replace(policy, mode=mode), countdown(2.0), "x").run()
     # Latency mode waits for it instead, until its deadline
     started = time.monotonic()
-    summary = run_invocation(nowhere, publisher, dataclasses.replace(policy, mode=Mode.LATENCY), countdown(1.5, margin=0.2),
-                             "y")
+    summary = RelayLoop(nowhere, publisher, dataclasses.replace(policy, mode=Mode.LATENCY), countdown(1.5, margin=0.2),
+                             "y").run()
     assert summary.gate_closed and summary.claimed == 0 and 1.0 <= summary.database_unreachable_seconds < 2.0
     assert time.monotonic() - started < 3
     engine.dispose()

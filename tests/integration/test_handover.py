@@ -70,7 +70,7 @@ def test_a_taken_over_poller_is_told_and_its_derived_tokens_leases_go_too(relay_
     slow = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=1)
     slow.register("stalled", 60)
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=5)
-    assert len(store.claim("stalled", 2, 120.0)) == 2 and len(store.claim("stalled/1", 2, 120.0)) == 2
+    assert len(store.claim("stalled", 2, 120.0).messages) == 2 and len(store.claim("stalled/1", 2, 120.0).messages) == 2
     time.sleep(1.2)
 
     # When another poller finds its registration expired
@@ -92,7 +92,7 @@ def test_a_dead_pollers_leases_are_taken_over_at_once_and_delivered(relay_env, m
     dead = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=1)
     dead.register("dead-poller", 60)
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=5)
-    assert len(store.claim("dead-poller", 30, 120.0)) == 30
+    assert len(store.claim("dead-poller", 30, 120.0).messages) == 30
     time.sleep(1.2)
 
     # When a latency-mode poller runs for 4 s

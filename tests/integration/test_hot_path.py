@@ -36,7 +36,7 @@ def test_text_array_literal_quotes_every_element():
 
 def test_error_texts_and_refs_round_trip_exactly(enqueue, store, rows):
     enqueue(len(AWKWARD) + 1)
-    claimed = store.claim("w", 100, 30)
+    claimed = store.claim("w", 100, 30).messages
     outcomes = [Outcome(m.seq, OutcomeKind.DEAD, ErrorClass.PERMANENT, err) for m, err in zip(claimed, AWKWARD)]
     last = claimed[len(AWKWARD)]
     outcomes.append(Outcome(last.seq, OutcomeKind.DELIVERED, delivery_ref='1-0 "ref" null'))
@@ -51,7 +51,7 @@ def test_error_texts_and_refs_round_trip_exactly(enqueue, store, rows):
 
 def test_one_statement_records_every_kind_and_counts_lost_leases(enqueue, store, rows, app_engine):
     enqueue(6, max_attempts=1)
-    a, b, c, d, e, f = store.claim("w", 10, 30)
+    a, b, c, d, e, f = store.claim("w", 10, 30).messages
     with app_engine.begin() as conn:  # f's lease is taken over by someone else
         conn.execute(text("UPDATE outbox_message SET lease_owner = 'thief' WHERE seq = :s"), {"s": f.seq})
     result = store.record("w", [
@@ -119,7 +119,7 @@ def test_each_relay_statement_is_a_transaction_of_five_round_trips(relay_engine,
     enqueue(3)
 
     statuses.clear()
-    claimed = store.claim("w", 10, 30)
+    claimed = store.claim("w", 10, 30).messages
     claim_trips = list(statuses)
     statuses.clear()
     store.record("w", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1") for m in claimed])

@@ -9,9 +9,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import DeliveryResult, ErrorClass, Outcome, OutcomeKind, Status
 from outbox_relay.producer import enqueue_event
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.base import Publisher
 
 
 def test_enqueue_writes_pending_with_zero_attempts(app_engine, rows, redis_prefix):
@@ -29,7 +30,7 @@ def test_enqueue_with_a_delivery_time_is_not_due_yet(app_engine, rows, store, re
     with app_engine.begin() as conn:
         enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, deliver_at=later)
     assert rows()[0]["due"] is False
-    assert store.claim("owner-a", 10, 30) == []
+    assert store.claim("owner-a", 10, 30).messages == ()
 
 
 def test_a_deliver_at_in_the_past_is_due_from_the_enqueue_on(app_engine, rows, relay_engine, redis_prefix):
@@ -83,7 +84,7 @@ def test_rolled_back_transaction_leaves_no_message(app_engine, rows, redis_prefi
 
 def test_claim_leases_due_pending_rows_and_counts_the_attempt(enqueue, store, rows):
     enqueue(3)
-    claimed = store.claim("owner-a", 10, 30)
+    claimed = store.claim("owner-a", 10, 30).messages
     assert [m.status for m in claimed] == [Status.LEASED] * 3
     for row in rows():
         assert row["status"] == "leased" and row["attempts"] == 1 and row["lease_owner"] == "owner-a"
@@ -92,46 +93,46 @@ def test_claim_leases_due_pending_rows_and_counts_the_attempt(enqueue, store, ro
 
 def test_claim_respects_the_limit_and_takes_oldest_first(enqueue, store):
     ids = enqueue(5)
-    assert [m.message_id for m in store.claim("a", 2, 30)] == [str(i) for i in ids[:2]]
-    assert [m.message_id for m in store.claim("b", 10, 30)] == [str(i) for i in ids[2:]]
-    assert store.claim("c", 10, 30) == []  # leases still hold
+    assert [m.message_id for m in store.claim("a", 2, 30).messages] == [str(i) for i in ids[:2]]
+    assert [m.message_id for m in store.claim("b", 10, 30).messages] == [str(i) for i in ids[2:]]
+    assert store.claim("c", 10, 30).messages == ()  # leases still hold
 
 
 def test_claim_stops_at_its_byte_budget(enqueue, store, rows):
     # Given 10 messages of ~100 KB each
     enqueue(10, payload={"blob": "x" * 100_000})
     # When claiming with a budget of 250 KB
-    first = store.claim("a", 10, 30, max_bytes=250_000)
+    first = store.claim("a", 10, 30, max_bytes=250_000).messages
     # Then only as many as fit are leased, the rest stay pending and unlocked
     assert len(first) == 3
     assert sum(r["status"] == "leased" for r in rows()) == 3
-    assert len(store.claim("b", 10, 30, max_bytes=250_000)) == 3
+    assert len(store.claim("b", 10, 30, max_bytes=250_000).messages) == 3
     # And one message larger than the whole budget is still claimed alone
-    assert len(store.claim("c", 10, 30, max_bytes=64 * 1024)) == 1
+    assert len(store.claim("c", 10, 30, max_bytes=64 * 1024).messages) == 1
 
 
 def test_expired_lease_is_requeued_then_reclaimed_with_another_attempt(enqueue, store, rows, expire_leases):
     enqueue(1)
-    store.claim("a", 10, 30)
+    store.claim("a", 10, 30).messages
     expire_leases()
     requeue = store.claim("b", 10, 30)
-    assert not requeue and requeue.requeued == 1
+    assert not requeue.messages and requeue.requeued == 1
     row = rows()[0]
     assert (row["status"], row["attempts"], row["last_error_class"], row["lease_owner"]) == \
         ("pending", 1, "lease_expired", None) and row["due"]
-    (again,) = store.claim("b", 10, 30)
+    (again,) = store.claim("b", 10, 30).messages
     assert again.status is Status.LEASED and again.attempts == 2
     assert rows()[0]["lease_owner"] == "b"
 
 
 def test_expired_lease_with_no_attempts_left_goes_dead(enqueue, store, rows, expire_leases):
     enqueue(1, max_attempts=2)
-    store.claim("a", 10, 30)
+    store.claim("a", 10, 30).messages
     expire_leases()
     assert store.claim("b", 10, 30).requeued == 1
-    store.claim("b", 10, 30)
+    store.claim("b", 10, 30).messages
     expire_leases()
-    (dead,) = store.claim("c", 10, 30)
+    (dead,) = store.claim("c", 10, 30).messages
     assert dead.status is Status.DEAD
     row = rows()[0]
     assert (row["status"], row["attempts"], row["last_error_class"]) == ("dead", 2, "lease_expired")
@@ -141,7 +142,7 @@ def test_expired_lease_with_no_attempts_left_goes_dead(enqueue, store, rows, exp
 def test_delivered_records_the_stream_entry_id(enqueue, store, publisher, policy, plenty, rows, redis_client,
                                                redis_prefix):
     ids = enqueue(2, stream="orders", type="order.placed", payload={"total": "9.90", "note": "맵게 🌶️"}, key="k-1")
-    summary = run_batch(store, publisher, policy, plenty, "owner-a")
+    summary = RelayLoop(store, publisher, policy, plenty, "owner-a").run()
     assert (summary.claimed, summary.delivered) == (2, 2)
     entries = redis_client.xrange(redis_prefix + "orders")
     assert [f["id"] for _, f in entries] == [str(i) for i in ids]
@@ -157,13 +158,13 @@ def test_delivered_records_the_stream_entry_id(enqueue, store, publisher, policy
 
 def test_transient_failure_retries_after_backoff(enqueue, store, rows):
     enqueue(1)
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     result = store.record("a", [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "timeout", None, 20.0)])
     assert result.retried == 1
     row = rows()[0]
     assert (row["status"], row["attempts"], row["last_error_class"]) == ("pending", 1, "transient")
     assert 18 < row["due_in"] <= 20 and row["last_error"] == "timeout"
-    assert store.claim("b", 10, 30) == []  # not due before its backoff
+    assert store.claim("b", 10, 30).messages == ()  # not due before its backoff
 
 
 def test_transient_failure_at_max_attempts_goes_dead(enqueue, store, rows, app_engine):
@@ -171,7 +172,7 @@ def test_transient_failure_at_max_attempts_goes_dead(enqueue, store, rows, app_e
     for owner in ("a", "b"):
         with app_engine.begin() as conn:  # make it due again without waiting for the backoff
             conn.execute(text("UPDATE outbox_message SET available_at = now() WHERE status = 'pending'"))
-        (m,) = store.claim(owner, 10, 30)
+        (m,) = store.claim(owner, 10, 30).messages
         result = store.record(owner, [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "boom", None, 0)])
     assert (result.retried, result.dead) == (0, 1)
     row = rows()[0]
@@ -183,7 +184,7 @@ def test_permanent_failure_is_dead_lettered_at_once(enqueue, store, publisher, p
     redis_client.set(redis_prefix + "wrong", "a string, not a stream")
     enqueue(1, stream="wrong")
     enqueue(1, stream="fine")
-    summary = run_batch(store, publisher, policy, plenty, "a")
+    summary = RelayLoop(store, publisher, policy, plenty, "a").run()
     assert (summary.delivered, summary.dead) == (1, 1)
     bad, good = rows()
     assert (bad["status"], bad["attempts"], bad["last_error_class"]) == ("dead", 1, "permanent")
@@ -196,7 +197,7 @@ def test_permanent_failure_is_dead_lettered_at_once(enqueue, store, publisher, p
                                          ErrorClass.NOT_ATTEMPTED])
 def test_not_the_messages_fault_refunds_the_attempt(enqueue, store, rows, error_class):
     enqueue(1)
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     result = store.record("a", [Outcome(m.seq, OutcomeKind.RELEASE, error_class, "later", None, 0)])
     assert result.released == 1
     row = rows()[0]
@@ -205,7 +206,7 @@ def test_not_the_messages_fault_refunds_the_attempt(enqueue, store, rows, error_
 
 def test_errors_are_truncated(enqueue, store, rows):
     enqueue(1)
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     store.record("a", [Outcome(m.seq, OutcomeKind.DEAD, ErrorClass.PERMANENT, "x" * 5000)])
     error = rows()[0]["last_error"]
     assert len(error) <= 300 and "truncated, 5000 chars" in error
@@ -215,7 +216,7 @@ def test_claim_and_record_use_the_database_clock(enqueue, store, rows, app_engin
     enqueue(1)
     with app_engine.connect() as conn:
         before = conn.execute(text("SELECT now()")).scalar_one()
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     row = rows()[0]
     assert timedelta(seconds=29) < row["lease_expires_at"] - before < timedelta(seconds=31)
     store.record("a", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
@@ -226,7 +227,7 @@ def test_delivery_results_for_unknown_messages_are_ignored(enqueue, store, rows,
     """A publisher reporting a seq it was not given cannot touch other rows."""
     enqueue(2)
 
-    class Confused:
+    class Confused(Publisher):
         channel = store.channel
 
         def gate(self):
@@ -239,7 +240,7 @@ def test_delivery_results_for_unknown_messages_are_ignored(enqueue, store, rows,
             record([DeliveryResult(messages[0].seq + 1, delivery_ref="9-9"),
                     DeliveryResult(messages[0].seq, delivery_ref="1-1")])
 
-    summary = run_batch(store, Confused(), policy, plenty, "a")
+    summary = RelayLoop(store, Confused(), policy, plenty, "a").run()
     assert summary.delivered == 1
     assert [r["status"] for r in rows()] == ["delivered", "pending"]
 

@@ -36,17 +36,17 @@ def make_due(app_engine) -> None:
 def test_each_outcome_is_a_line_with_its_attempt_error_reference_and_owner(enqueue, store, app_engine, rows):
     enqueue(1)
     # Attempt 1 fails and is retried
-    (m,) = store.claim("poller-a", 10, 30)
+    (m,) = store.claim("poller-a", 10, 30).messages
     store.record("poller-a", [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "timeout talking to redis",
                                       None, 5.0)])
     make_due(app_engine)
     # Attempt 2 finds the downstream unavailable: released, the attempt refunded
-    (m,) = store.claim("poller-b", 10, 30)
+    (m,) = store.claim("poller-b", 10, 30).messages
     store.release("poller-b", [m.seq], delay_seconds=1.0, error_class=ErrorClass.DOWNSTREAM_UNAVAILABLE,
                   error="circuit open")
     make_due(app_engine)
     # Attempt 2 again, delivered
-    (m,) = store.claim("poller-c", 10, 30)
+    (m,) = store.claim("poller-c", 10, 30).messages
     store.record("poller-c", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1700000000000-0")])
 
     assert story(app_engine, m.seq) == [
@@ -63,7 +63,7 @@ def test_each_outcome_is_a_line_with_its_attempt_error_reference_and_owner(enque
 
 def test_a_message_delivered_at_once_costs_no_line(enqueue, store, app_engine):
     enqueue(3)
-    ms = store.claim("p", 10, 30)
+    ms = store.claim("p", 10, 30).messages
     store.record("p", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref=f"1-{m.seq}") for m in ms])
     assert stored_lines(app_engine) == []
     assert story(app_engine, ms[0].seq) == [("delivered", 1, None, None, f"1-{ms[0].seq}", None, False)]
@@ -71,7 +71,7 @@ def test_a_message_delivered_at_once_costs_no_line(enqueue, store, app_engine):
 
 def test_the_last_retry_is_recorded_as_dead_and_a_dead_letter_as_dead(enqueue, store, app_engine):
     enqueue(2, max_attempts=1)
-    a, b = store.claim("p", 10, 30)
+    a, b = store.claim("p", 10, 30).messages
     store.record("p", [Outcome(a.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "reset", None, 1.0),
                        Outcome(b.seq, OutcomeKind.DEAD, ErrorClass.PERMANENT, "stream is not a stream")])
     assert story(app_engine, a.seq) == [("dead", 1, "transient", "reset", None, "p", False)]
@@ -80,10 +80,10 @@ def test_the_last_retry_is_recorded_as_dead_and_a_dead_letter_as_dead(enqueue, s
 
 def test_an_outcome_whose_lease_was_lost_writes_no_line(enqueue, store, app_engine, expire_leases):
     enqueue(1)
-    (m,) = store.claim("owner-a", 10, 30)
+    (m,) = store.claim("owner-a", 10, 30).messages
     expire_leases()
-    store.claim("owner-b", 10, 30)  # the first expiry: back in the queue, marked
-    (taken,) = store.claim("owner-b", 10, 30)
+    store.claim("owner-b", 10, 30).messages  # the first expiry: back in the queue, marked
+    (taken,) = store.claim("owner-b", 10, 30).messages
     store.record("owner-a", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="late")])
     store.record("owner-b", [Outcome(taken.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
     assert [(e, a, c, actor) for e, a, c, _, _, actor, _ in story(app_engine, m.seq)] == [
@@ -95,14 +95,14 @@ def test_an_outcome_whose_lease_was_lost_writes_no_line(enqueue, store, app_engi
 def test_leases_that_expire_are_lines_requeued_then_reclaimed_alone_then_dead(enqueue, store, app_engine,
                                                                               expire_leases):
     enqueue(1, max_attempts=3)
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     expire_leases()
     assert store.claim("b", 10, 30).requeued == 1
-    store.claim("b", 10, 30)  # attempt 2
+    store.claim("b", 10, 30).messages  # attempt 2
     expire_leases()
-    assert [x.seq for x in store.claim("c", 10, 30)] == [m.seq]  # expired again: re-claimed alone, attempt 3
+    assert [x.seq for x in store.claim("c", 10, 30).messages] == [m.seq]  # expired again: re-claimed alone, attempt 3
     expire_leases()
-    store.claim("d", 10, 30)  # no attempts left: dead
+    store.claim("d", 10, 30).messages  # no attempts left: dead
     lines = story(app_engine, m.seq)
     assert [(e, a, actor, due) for e, a, _, _, _, actor, due in lines] == [
         ("lease_expired", 1, "a", True),  # back in the queue, due when it was
@@ -116,7 +116,7 @@ def test_leases_that_expire_are_lines_requeued_then_reclaimed_alone_then_dead(en
 
 def test_redrive_and_discard_are_operator_lines(enqueue, store, app_engine):
     enqueue(2, max_attempts=1)
-    a, b = store.claim("p", 10, 30)
+    a, b = store.claim("p", 10, 30).messages
     store.record("p", [Outcome(m.seq, OutcomeKind.DEAD, ErrorClass.PERMANENT, "no") for m in (a, b)])
     ida, idb = _id(app_engine, a.seq), _id(app_engine, b.seq)
     assert redrive(app_engine, RedriveSelection(message_ids=(ida,))).moved == 1
@@ -129,10 +129,10 @@ def test_redrive_and_discard_are_operator_lines(enqueue, store, app_engine):
 
 def test_history_is_purged_with_its_message_and_kept_for_the_others(enqueue, store, app_engine):
     enqueue(2)
-    a, b = store.claim("p", 10, 30)
+    a, b = store.claim("p", 10, 30).messages
     store.record("p", [Outcome(a.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "x", None, 0.0),
                        Outcome(b.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "x", None, 600.0)])
-    (a,) = store.claim("p", 10, 30)
+    (a,) = store.claim("p", 10, 30).messages
     store.record("p", [Outcome(a.seq, OutcomeKind.DELIVERED, delivery_ref="1-1")])
     assert stored_lines(app_engine) == [(a.seq, "retry"), (b.seq, "retry")]
     with app_engine.begin() as conn:
@@ -144,10 +144,10 @@ def test_history_is_purged_with_its_message_and_kept_for_the_others(enqueue, sto
 
 def test_outbox_show_tells_the_attempts_in_order(enqueue, store, app_engine, database_url):
     enqueue(1)
-    (m,) = store.claim("poller-a", 10, 30)
+    (m,) = store.claim("poller-a", 10, 30).messages
     store.record("poller-a", [Outcome(m.seq, OutcomeKind.RETRY, ErrorClass.TRANSIENT, "timeout", None, 0.0)])
     make_due(app_engine)
-    (m,) = store.claim("poller-b", 10, 30)
+    (m,) = store.claim("poller-b", 10, 30).messages
     store.record("poller-b", [Outcome(m.seq, OutcomeKind.DELIVERED, delivery_ref="1700000000000-3")])
     mid = str(_id(app_engine, m.seq))
     env = {"DATABASE_URL": database_url}

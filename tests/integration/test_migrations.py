@@ -99,7 +99,7 @@ def test_upgrade_keeps_every_message_and_downgrade_restores_them(old_engine, red
     # And the relay claims the pending ones with their payloads
     store = LeaseStore(create_engine(old_engine.url, isolation_level="AUTOCOMMIT", poolclass=NullPool),
                        Channel.REDIS, default_max_attempts=5)
-    claimed = store.claim("owner", 10, 30)
+    claimed = store.claim("owner", 10, 30).messages
     assert [(m.message_id, json.loads(m.payload_json)) for m in claimed] == \
         [(str(old[0]["id"]), old[0]["payload"]), (str(new_id), {"n": 3})]
     store.engine.dispose()
@@ -133,7 +133,7 @@ def test_roles_granted_on_the_outbox_keep_working_after_the_upgrade(old_engine, 
             mid = enqueue_event(conn, stream=redis_prefix + "orders", type="t", payload={"n": 1})
         store = LeaseStore(create_engine(old_engine.url.set(username=role), isolation_level="AUTOCOMMIT",
                                          poolclass=NullPool), Channel.REDIS, default_max_attempts=5)
-        (m,) = store.claim("owner", 10, 30)
+        (m,) = store.claim("owner", 10, 30).messages
         assert m.message_id == str(mid) and json.loads(m.payload_json) == {"n": 1}
         with as_role.begin() as conn:
             assert conn.execute(text("SELECT count(*) FROM outbox_message_body")).scalar_one() == 1

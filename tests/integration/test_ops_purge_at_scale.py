@@ -80,7 +80,7 @@ def test_purge_of_200k_delivered_rows_in_batches_never_blocks_the_relay(app_engi
     purger.start()
     while purger.is_alive():
         started = time.perf_counter()
-        claimed = store.claim("relay-during-purge", 50, 30)
+        claimed = store.claim("relay-during-purge", 50, 30).messages
         waits.append(time.perf_counter() - started)
         if claimed:
             started = time.perf_counter()

@@ -17,18 +17,18 @@ import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass
 from outbox_relay.operations.redrive import RedriveSelection, redrive
-from outbox_relay.publishers.base import Deadline, RecordResults
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy, run_batch
+from outbox_relay.publishers.base import Deadline, Publisher, RecordResults
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore, lease_token
 
 N = 400
 TIME_LIMIT_SECONDS = 60
 
 
-class FailOnceThenPublish:
+class FailOnceThenPublish(Publisher):
     """The real Redis publisher, except that each message's first delivery
     fails permanently; counts every successful delivery per message id."""
 
@@ -102,7 +102,7 @@ def test_redrive_racing_the_relay_delivers_each_message_once(enqueue, relay_engi
             publisher = FailOnceThenPublish(RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), ledger)
             policy = RelayPolicy(batch_size=23, lease_seconds=30, backoff=Backoff())
             while not stop.is_set() and time.monotonic() < deadline:
-                run_batch(store, publisher, policy, Deadline(lambda: 60_000, 5), lease_token("race"))
+                RelayLoop(store, publisher, policy, Deadline(lambda: 60_000, 5), lease_token("race")).run()
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
         finally:

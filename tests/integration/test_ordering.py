@@ -18,14 +18,13 @@ import redis as redis_lib
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import Channel, DeliveryResult, ErrorClass, Mode, OrderingOnDead
-from outbox_relay.modes import run_invocation
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
-from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy, run_batch
+from outbox_relay.publishers.base import Deadline, Publisher
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore, lease_token
 from outbox_tools.local_ses import fail_send_email
 from support.ses import make_publisher, sent_messages
@@ -33,7 +32,7 @@ from support.ses import make_publisher, sent_messages
 CLAIMER = Path(__file__).parents[1] / "support" / "claimer.py"
 
 
-class FailingKey:
+class FailingKey(Publisher):
     """The real Redis publisher, but the messages of `key` fail with `error_class`
     (the first of them in each batch; its later ones are not attempted, as the
     script answers); `times` failures in all, then the key is healthy."""
@@ -121,7 +120,7 @@ def test_a_head_released_behind_a_full_window_of_its_key_is_claimed_first(enqueu
     # due again, but later in the due order than the ten behind it)
     enqueue_keyed(app_engine, redis_prefix + "one", ["a"] * 11)
     first = lease_token("first")
-    (head,) = store.claim(first, 1, 30)
+    (head,) = store.claim(first, 1, 30).messages
     assert store.release(first, [head.seq]).released == 1
     # When invocations claim ten at a time
     small = RelayPolicy(batch_size=10, lease_seconds=30, backoff=policy.backoff)
@@ -144,14 +143,14 @@ def test_drain_goes_on_past_a_key_whose_head_a_concurrent_claim_has_locked(store
     with app_engine.connect() as holder:
         holder.execute(text("SELECT seq FROM outbox_message ORDER BY seq LIMIT 1 FOR UPDATE"))
         # When one drain-mode invocation runs: its first claim sees the second "x" out of turn
-        locked = run_invocation(store, publisher, drain, plenty, lease_token("t"))
+        locked = RelayLoop(store, publisher, drain, plenty, lease_token("t")).run()
         holder.rollback()
     # Then it did not take that batch's shortfall for the end of the backlog: everything but
     # the locked head and the message behind it was delivered
     order = stream_order(redis_client, stream, app_engine)
     assert locked.delivered == 28 and "x" not in order
     # And once the lock is gone, the key goes on in order
-    after = run_invocation(store, publisher, drain, plenty, lease_token("t2"))
+    after = RelayLoop(store, publisher, drain, plenty, lease_token("t2")).run()
     order = stream_order(redis_client, stream, app_engine)
     assert after.delivered == 2 and len(order["x"]) == 2 and order["x"] == sorted(order["x"])
 
@@ -171,8 +170,8 @@ def test_drain_goes_on_after_a_claim_that_only_moved_rows_out_of_a_full_window(s
         holder.execute(text("SELECT seq FROM outbox_message WHERE key = 'x' ORDER BY seq LIMIT 1 FOR UPDATE"))
         # When one drain-mode invocation runs: its first claim claims nothing, moves y's five
         # out of the way and leaves x's five out of turn
-        summary = run_invocation(store, publisher, drain, Deadline(lambda: 600_000, margin_seconds=1),
-                                 lease_token("t"))
+        summary = RelayLoop(store, publisher, drain, Deadline(lambda: 600_000, margin_seconds=1),
+                                 lease_token("t")).run()
         holder.rollback()
     # Then it claimed again past them and delivered the 50 behind, and neither key went out of turn
     order = stream_order(redis_client, stream, app_engine)
@@ -188,7 +187,7 @@ def test_a_dead_head_and_the_policies(relay_engine, enqueue, publisher, policy, 
     enqueue_keyed(app_engine, redis_prefix + "dead", ["k", "other", "k", "other", "k", "k"])
     refusing = FailingKey(publisher, "k", ErrorClass.PERMANENT, times=1)
     drain = RelayPolicy(batch_size=100, lease_seconds=30, backoff=Backoff(), mode=Mode.DRAIN)
-    run_invocation(store, refusing, drain, plenty, lease_token("a"))
+    RelayLoop(store, refusing, drain, plenty, lease_token("a")).run()
     stream = redis_prefix + "dead"
     order = stream_order(redis_client, stream, app_engine)
     assert len(order["other"]) == 2
@@ -201,12 +200,12 @@ def test_a_dead_head_and_the_policies(relay_engine, enqueue, publisher, policy, 
         return
     # Then under block the key waits, its messages moved ahead, not scanned by every claim
     assert "k" not in order and [r[:2] for r in rows[1:]] == [("pending", 0)] * 3 and all(r[2] for r in rows[1:])
-    assert run_invocation(store, publisher, drain, plenty, lease_token("b")).claimed == 0
+    assert RelayLoop(store, publisher, drain, plenty, lease_token("b")).run().claimed == 0
     # When the dead head is redriven, it is delivered first, then the rest in order
     with app_engine.connect() as conn:
         head = conn.execute(text("SELECT message_id FROM outbox_message WHERE status = 'dead'")).scalar_one()
     redrive(app_engine, RedriveSelection(message_ids=(head,)))
-    run_invocation(store, publisher, drain, plenty, lease_token("c"))
+    RelayLoop(store, publisher, drain, plenty, lease_token("c")).run()
     order = stream_order(redis_client, stream, app_engine)
     with app_engine.connect() as conn:
         seqs = list(conn.execute(text("SELECT seq FROM outbox_message WHERE key = 'k' ORDER BY seq")).scalars())
@@ -218,11 +217,11 @@ def test_under_block_a_discard_lets_the_key_go_on(relay_engine, enqueue, publish
     store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=3, ordering_on_dead=OrderingOnDead.BLOCK)
     enqueue_keyed(app_engine, redis_prefix + "discard", ["k", "k", "k"])
     drain = RelayPolicy(batch_size=100, lease_seconds=30, backoff=Backoff(), mode=Mode.DRAIN)
-    run_invocation(store, FailingKey(publisher, "k", ErrorClass.PERMANENT, times=1), drain, plenty, lease_token("a"))
+    RelayLoop(store, FailingKey(publisher, "k", ErrorClass.PERMANENT, times=1), drain, plenty, lease_token("a")).run()
     with app_engine.connect() as conn:
         head = conn.execute(text("SELECT message_id FROM outbox_message WHERE status = 'dead'")).scalar_one()
     assert discard(app_engine, [head]).discarded == (str(head),)
-    run_invocation(store, publisher, drain, plenty, lease_token("b"))
+    RelayLoop(store, publisher, drain, plenty, lease_token("b")).run()
     order = stream_order(redis_client, redis_prefix + "discard", app_engine)
     assert len(order["k"]) == 2 and order["k"] == sorted(order["k"])
     assert [r[0] for r in statuses(app_engine, "k")] == ["discarded", "delivered", "delivered"]
@@ -312,7 +311,7 @@ def test_ses_sends_one_keys_emails_one_at_a_time_in_order(ses, ses_store, enqueu
     fail_send_email(ses, slow)
     publisher = make_publisher(ses, max_concurrency=8, max_send_rate=1000, record_group_size=4)
     # When one batch sends them with up to 8 sends at once
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner").run()
     # Then the keyed ones went one at a time, in enqueue order, while the others overlapped
     assert summary.delivered == 24 and len(sent_messages()) == 24
     assert [s for s in started if s.startswith("step")] == [f"step {i}" for i in range(12)]
@@ -325,7 +324,7 @@ def test_ses_stops_a_key_at_its_first_failure(ses, ses_store, enqueue_mail, poli
     enqueue_mail(5, key="k", subject=lambda i: f"step {i}")
     fail_send_email(ses, lambda r: ("TooManyRequestsException", "slow down", 429)
                     if r["Content"]["Simple"]["Subject"]["Data"] == "step 1" else None)
-    summary = run_batch(ses_store, make_publisher(ses, max_concurrency=8), policy, plenty, "owner")
+    summary = RelayLoop(ses_store, make_publisher(ses, max_concurrency=8), policy, plenty, "owner").run()
     # Then the first was sent, the second deferred, the three after it not attempted (refunded), unsent
     assert summary.delivered == 1 and [m.subject for m in sent_messages()] == ["step 0"]
     got = [(r["status"], r["attempts"], r["last_error_class"]) for r in rows()]

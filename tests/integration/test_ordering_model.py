@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,14 +21,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from sqlalchemy import create_engine, text
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.key_turns import KeyTurns
-from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, OrderingOnDead
-from outbox_relay.modes import RecordNow
+from outbox_relay.loop import RelayLoop, RelayPolicy
+from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, Mode, OrderingOnDead
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
-from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import Batch, RelayPolicy, Summary
+from outbox_relay.publishers.base import Deadline, Publisher
+from outbox_relay.recording import Batch
 from outbox_relay.store import LeaseStore, lease_token
 
 KEYS = ("a", "b", "c", None)
@@ -35,7 +35,7 @@ FATES = st.sampled_from(["ok", "ok", "ok", "transient", "permanent"])
 FOREVER = Deadline(lambda: 600_000, margin_seconds=1)
 
 
-class ModelPublisher:
+class ModelPublisher(Publisher):
     """Publishes into a modelled stream, checking the ordering rule at each first
     publish. Fates are drawn per call; within a call a key stops at its first
     failure, as the Redis script does."""
@@ -74,12 +74,21 @@ class ModelPublisher:
 
 
 class Relay:
-    """One invocation: a lease token, batches claimed and not yet published, its KeyTurns."""
+    """One drain-mode invocation, stepped by the rules: its loop (lease token, KeyTurns,
+    recorder) and the batches it claimed and has not delivered yet."""
 
-    def __init__(self, skip_dead: bool = True) -> None:
-        self.owner = lease_token("model")
+    def __init__(self, store: LeaseStore, publisher: ModelPublisher, policy: RelayPolicy) -> None:
+        self.loop = RelayLoop(store, publisher, replace(policy, mode=Mode.DRAIN), FOREVER, lease_token("model"))
+        self.owner, self.turns = self.loop.owner, self.loop.turns
         self.batches: list[Batch] = []
-        self.turns = KeyTurns(skip_dead=skip_dead)
+
+    def claim(self, limit: int) -> Batch:
+        self.loop.policy = replace(self.loop.policy, batch_size=limit)
+        return self.loop.claim()
+
+    def deliver(self, batch: Batch) -> None:
+        self.loop.deliver(batch)
+        self.loop.recorder.wait_until(0)  # the model checks the rows after each step
 
 
 class OrderingMachine(RuleBasedStateMachine):
@@ -95,12 +104,15 @@ class OrderingMachine(RuleBasedStateMachine):
                                 ordering_on_dead=self.policy_on_dead)
         self.policy = RelayPolicy(batch_size=4, lease_seconds=60, backoff=Backoff(base=3600, cap=3600, floor=3600))
         self.publisher = ModelPublisher(self)
-        self.relays = [Relay(self.policy_on_dead is OrderingOnDead.SKIP), Relay(self.policy_on_dead is OrderingOnDead.SKIP)]
+        self.relays = [self.new_relay(), self.new_relay()]
         self.enqueued: dict[str | None, list[int]] = defaultdict(list)
         self.stream: list[tuple[str | None, int]] = []  # first publishes, in order
         self.in_stream: set[int] = set()
         self.key_of: dict[int, str | None] = {}
         self.ever_dead: set[int] = set()
+
+    def new_relay(self) -> Relay:
+        return Relay(self.store, self.publisher, self.policy)
 
     # -- what the consumer sees ---------------------------------------------------------------
     def statuses(self) -> dict[int, str]:
@@ -140,26 +152,23 @@ class OrderingMachine(RuleBasedStateMachine):
     @rule(r=st.integers(0, 1), limit=st.integers(1, 5))
     def claim(self, r, limit):
         relay = self.relays[r]
-        summary = Summary(channel="redis")
-        epoch = relay.turns.committed  # as claim_batch takes it: the writes this claim sees
-        claimed = self.store.claim(relay.owner, limit, self.policy.lease_seconds)
-        if claimed:
-            relay.batches.append(Batch(claimed, limit, store=self.store, owner=relay.owner, policy=self.policy,
-                                       summary=summary, recorder=RecordNow(), epoch=epoch))
+        batch = relay.claim(limit)
+        if batch.claim.messages:
+            relay.batches.append(batch)
 
     @precondition(lambda self: any(r.batches for r in self.relays))
     @rule(r=st.integers(0, 1), fates=st.lists(FATES, max_size=6))
     def publish(self, r, fates):
         relay = self.relays[r] if self.relays[r].batches else self.relays[1 - r]
         self.publisher.fates = list(fates)
-        relay.batches.pop(0).deliver(self.publisher, FOREVER, relay.turns)
+        relay.deliver(relay.batches.pop(0))
 
     @rule(r=st.integers(0, 1), published_first=st.booleans())
     def relay_dies(self, r, published_first):
         relay = self.relays[r]
         if published_first and relay.batches:
             # It published its first batch (but what its earlier failures hold back, as
-            # Batch.deliver does), then died before recording anything
+            # RelayLoop.deliver does), then died before recording anything
             messages = relay.batches[0].leased
             held = relay.turns.held(messages, relay.batches[0].epoch)
             self.publisher.fates = []
@@ -168,7 +177,7 @@ class OrderingMachine(RuleBasedStateMachine):
         with self.engine.begin() as conn:
             conn.execute(text("UPDATE outbox_message SET lease_expires_at = now() - interval '1 second' "
                               "WHERE lease_owner = :o"), {"o": relay.owner})
-        self.relays[r] = Relay(self.policy_on_dead is OrderingOnDead.SKIP)
+        self.relays[r] = self.new_relay()
 
     @rule()
     def time_passes(self):
@@ -205,7 +214,8 @@ class OrderingMachine(RuleBasedStateMachine):
         # A healthy relay, with time passing and the dead relays' leases expired, drains what may go
         for relay in self.relays:
             for batch in relay.batches:
-                batch.release_rest(ErrorClass.NOT_ATTEMPTED, "the model ended")
+                relay.loop.recorder.release(batch, ErrorClass.NOT_ATTEMPTED, "the model ended")
+            relay.loop.close(quiet=False)
         self.drain()
         status = self.statuses()
         for key, seqs in self.enqueued.items():
@@ -243,25 +253,28 @@ class OrderingMachine(RuleBasedStateMachine):
         a claim that only moved rows behind their key's first is followed by another, and
         when nothing is due, time passes once (under block, what a dead letter holds is
         then moved again, and nothing more)."""
-        healthy = Relay(self.policy_on_dead is OrderingOnDead.SKIP)
-        waited = False
-        for _ in range(300):
-            with self.engine.begin() as conn:
-                conn.execute(text("UPDATE outbox_message SET lease_expires_at = now() - interval '1 second' "
-                                  "WHERE status = 'leased'"))
-            claimed = self.store.claim(healthy.owner, 10, 60)
-            self.note_the_dead()  # a claim dead-letters exhausted expired leases (skip may then pass them)
-            if claimed:
-                waited = False
-                self.publisher.fates = []
-                Batch(claimed, 10, store=self.store, owner=healthy.owner, policy=self.policy,
-                      summary=Summary(channel="redis"), recorder=RecordNow()).deliver(self.publisher, FOREVER)
-            elif not claimed.scanned:
-                if waited:
-                    return
-                self.time_passes()
-                waited = True
-        raise AssertionError("300 claims did not drain the outbox")
+        healthy = self.new_relay()
+        try:
+            waited = False
+            for _ in range(300):
+                with self.engine.begin() as conn:
+                    conn.execute(text("UPDATE outbox_message SET lease_expires_at = now() - interval '1 second' "
+                                      "WHERE status = 'leased'"))
+                batch = healthy.claim(10)
+                claimed = batch.claim
+                self.note_the_dead()  # a claim dead-letters exhausted expired leases (skip may then pass them)
+                if claimed.messages:
+                    waited = False
+                    self.publisher.fates = []
+                    healthy.deliver(batch)
+                elif not claimed.scanned:
+                    if waited:
+                        return
+                    self.time_passes()
+                    waited = True
+            raise AssertionError("300 claims did not drain the outbox")
+        finally:
+            healthy.loop.close(quiet=False)
 
 
 # The block policy's run repeats the skip policy's with more waiting: it goes with the slow tests.

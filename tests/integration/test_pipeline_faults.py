@@ -14,21 +14,21 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Mode
-from outbox_relay.modes import run_invocation
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_client import create_redis_client
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
+from outbox_relay.publishers.redis.client import create_redis_client
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.deadline import countdown
 
 PIPELINED = [Mode.DRAIN, pytest.param(Mode.LATENCY, marks=pytest.mark.slow)]  # latency: 1.5 s each
 
 
 def run(store, publisher, policy, mode, owner, deadline):
-    return run_invocation(store, publisher, dataclasses.replace(policy, mode=mode, batch_size=100,
+    return RelayLoop(store, publisher, dataclasses.replace(policy, mode=mode, batch_size=100,
                                                                 poll_interval_seconds=0.02,
                                                                 poll_max_interval_seconds=0.02),
-                          deadline, owner)
+                          deadline, owner).run()
 
 
 def stream_ids(redis_client, stream) -> collections.Counter:

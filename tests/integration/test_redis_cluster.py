@@ -18,13 +18,12 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Mode, RedisTrim
-from outbox_relay.modes import run_invocation
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_client import create_redis_client
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis.client import create_redis_client
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import OwnCluster
 
 pytestmark = pytest.mark.slow
@@ -67,7 +66,7 @@ def _drain_until_done(store, publisher, policy, rows, seconds: float = 60) -> No
     batches are released) until the cluster serves every slot again."""
     give_up = time.monotonic() + seconds
     while True:
-        summary = run_invocation(store, publisher, policy, FAR, "after")
+        summary = RelayLoop(store, publisher, policy, FAR, "after").run()
         if {r["status"] for r in rows()} == {"delivered"}:
             return
         assert time.monotonic() < give_up, (Counter(r["status"] for r in rows()), summary.skipped, summary.stopped)
@@ -94,7 +93,7 @@ def _start_drain(store, publisher, policy) -> tuple[threading.Thread, threading.
 
     def run() -> None:
         try:
-            run_invocation(store, publisher, policy, FAR, "during")
+            RelayLoop(store, publisher, policy, FAR, "during").run()
         finally:
             done.set()
 
@@ -128,14 +127,14 @@ def test_a_cluster_unreachable_at_cold_start_closes_the_gate_until_it_answers(tm
     streams = _enqueue(app_engine, redis_prefix, 3, 10)
     try:
         # When an invocation runs: the gate closes, as for one node, and nothing is claimed
-        summary = run_invocation(store, publisher, drain, FAR, "cold")
+        summary = RelayLoop(store, publisher, drain, FAR, "cold").run()
         assert summary.claimed == 0 and summary.skipped == "redis unavailable (RedisClusterException)"
         assert {r["status"] for r in rows()} == {"pending"} and all(r["attempts"] == 0 for r in rows())
         # And once the cluster answers on that node, the next invocation delivers
         own.start()
         if own.url != url:
             pytest.skip("the node's port was taken before it started (it moved to another)")
-        summary = run_invocation(store, publisher, drain, FAR, "warm")
+        summary = RelayLoop(store, publisher, drain, FAR, "warm").run()
         assert summary.delivered == 30
         _assert_every_delivered_is_there_once(own, rows, streams)
     finally:
@@ -145,7 +144,7 @@ def test_a_cluster_unreachable_at_cold_start_closes_the_gate_until_it_answers(tm
 def test_a_drain_over_100_streams_reaches_every_primary(cluster, app_engine, store, drain, rows, redis_prefix):
     streams = _enqueue(app_engine, redis_prefix, 100, 20)
     publisher = _publisher(cluster)
-    summary = run_invocation(store, publisher, drain, FAR, "a")
+    summary = RelayLoop(store, publisher, drain, FAR, "a").run()
     assert summary.delivered == 2000 and summary.batches == 2
     client = cluster.client()
     serving = {cluster.node_of_slot(client.keyslot(s)).port for s in streams}
@@ -234,7 +233,7 @@ def test_a_lagging_group_holds_a_bounded_stream_in_a_cluster(cluster, app_engine
     publisher = _publisher(cluster, maxlen=10, trim=RedisTrim.ACKNOWLEDGED)
     with app_engine.begin() as conn:
         enqueue_events_bulk(conn, [dict(stream=stream, type="t", payload={"n": n}) for n in range(15)])
-    summary = run_batch(store, publisher, dataclasses.replace(policy, throttle_delay_seconds=0), FAR, "a")
+    summary = RelayLoop(store, publisher, dataclasses.replace(policy, throttle_delay_seconds=0), FAR, "a").run()
     # The group has read nothing: the stream stops at its bound, the rest is held, none is lost
     assert summary.delivered == 10 and summary.throttled == 5 and client.xlen(stream) == 10
     assert sorted(r["status"] for r in rows()) == ["delivered"] * 10 + ["pending"] * 5
@@ -248,11 +247,11 @@ def test_a_batch_costs_one_round_trip_per_node_whatever_its_size(cluster, app_en
     trips = RoundTripCounter(client)
     publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=3600)
     streams = _enqueue(app_engine, redis_prefix, 100, 11)  # 1,100: a batch of 100, then one of 1,000
-    run_batch(store, publisher, dataclasses.replace(policy, batch_size=1), FAR, "warm")  # connect, load the script
+    RelayLoop(store, publisher, dataclasses.replace(policy, batch_size=1), FAR, "warm").run()  # connect, load the script
     trips.take()
     per_batch = []
     for size in (100, 1000):
-        summary = run_batch(store, publisher, dataclasses.replace(policy, batch_size=size), FAR, f"b{size}")
+        summary = RelayLoop(store, publisher, dataclasses.replace(policy, batch_size=size), FAR, f"b{size}").run()
         assert summary.delivered == min(size, 1100 - 1 - 100 * (size == 1000))
         per_batch.append(trips.take())
     # the gate's INFO on each of the 3 primaries, then one pipeline per node the batch touched
@@ -272,7 +271,7 @@ def test_with_wait_only_the_calls_on_a_node_whose_replica_lags_are_released(clus
     replica = cluster.replica_of(lagging)
     replica.pause()
     try:
-        summary = run_batch(store, publisher, dataclasses.replace(policy, batch_size=1000), FAR, "a")
+        summary = RelayLoop(store, publisher, dataclasses.replace(policy, batch_size=1000), FAR, "a").run()
     finally:
         replica.resume()
     # Then what the other nodes' replicas acknowledged is recorded delivered, and only

@@ -12,10 +12,10 @@ from collections import Counter
 
 import pytest
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.observability import MEMORY_FULL
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import RedisNode
 
 PLENTY = Deadline(lambda: 60_000, 5)
@@ -57,13 +57,13 @@ def test_the_gate_claims_nothing_while_memory_is_at_the_high_mark(node, enqueue,
     enqueue(5, stream="orders")
     publisher = RedisStreamsPublisher(node.client(), dedupe_ttl_seconds=3600)
     # When memory is above the high mark, nothing is claimed, and it is counted
-    summary = run_batch(store, publisher, policy, PLENTY, "a")
+    summary = RelayLoop(store, publisher, policy, PLENTY, "a").run()
     assert summary.claimed == 0 and summary.gate_closed and "memory" in summary.skipped
     assert publisher.counters[MEMORY_FULL] == 1
     assert [(r["status"], r["attempts"]) for r in rows()] == [("pending", 0)] * 5
     # Once memory is freed, the next run delivers
     admin.delete("filler")
-    assert run_batch(store, publisher, policy, PLENTY, "b").delivered == 5
+    assert RelayLoop(store, publisher, policy, PLENTY, "b").run().delivered == 5
     assert admin.xlen(redis_prefix + "orders") == 5
 
 
@@ -80,17 +80,17 @@ def test_after_an_oom_reply_the_gate_waits_for_recovery_when_redis_hides_its_mem
     for i in range(6):  # a script call per stream: Redis checks memory as each call starts
         enqueue(10, stream=f"big{i}", payload={"blob": "y" * 20_000})
     # Given a batch that ran Redis out of memory (the calls after it ran out refused: all or some)
-    first = run_batch(store, publisher, policy, PLENTY, "a")
+    first = RelayLoop(store, publisher, policy, PLENTY, "a").run()
     assert first.delivered < 60 and first.error_classes.get("downstream_unavailable") == 60 - first.delivered
     left = [r for r in rows() if r["status"] != "delivered"]
     assert {(r["status"], r["attempts"]) for r in left} == {("pending", 0)}
     # Then the next run claims nothing: Redis answered OOM and says nothing of its memory
-    again = run_batch(store, publisher, policy, PLENTY, "b")
+    again = RelayLoop(store, publisher, policy, PLENTY, "b").run()
     assert again.claimed == 0 and "OOM" in again.skipped and publisher.counters[MEMORY_FULL] >= 1
     # And once the backoff passed (and memory was freed), the rest is delivered, each message once
     admin.config_set("maxmemory", 0)
     clock.now += 10
-    assert run_batch(store, publisher, policy, PLENTY, "c").delivered == len(left)
+    assert RelayLoop(store, publisher, policy, PLENTY, "c").run().delivered == len(left)
     ids = Counter(fields[b"id"].decode() for i in range(6) for _, fields in admin.xrange(f"{redis_prefix}big{i}"))
     assert ids == Counter({str(r["message_id"]): 1 for r in rows()})
     assert {r["status"] for r in rows()} == {"delivered"}
@@ -101,5 +101,5 @@ def test_an_allkeys_policy_near_its_limit_does_not_close_the_gate(node, enqueue,
     admin.config_set("maxmemory-policy", "allkeys-lru")
     _fill_to(admin, 0.95)
     enqueue(3, stream="orders")
-    assert run_batch(store, RedisStreamsPublisher(node.client(), dedupe_ttl_seconds=3600), policy, PLENTY,
-                     "a").delivered == 3
+    assert RelayLoop(store, RedisStreamsPublisher(node.client(), dedupe_ttl_seconds=3600), policy, PLENTY,
+                     "a").run().delivered == 3

@@ -15,9 +15,9 @@ from typing import Iterator
 import pytest
 import redis as redis_lib
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import RedisNode
 
 N = 50
@@ -37,8 +37,8 @@ APPEND_ONLY_ALWAYS = ["--save", "", "--appendonly", "yes", "--appendfsync", "alw
 def _deliver(enqueue, store, policy, own_redis, rows) -> list[str]:
     enqueue(N, stream="orders")
     client = redis_lib.Redis.from_url(own_redis.url)
-    summary = run_batch(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
-                        Deadline(lambda: 60_000, 5), "relay")
+    summary = RelayLoop(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
+                        Deadline(lambda: 60_000, 5), "relay").run()
     client.close()
     assert summary.delivered == N
     return [r["delivery_ref"] for r in rows() if r["status"] == "delivered"]
@@ -74,4 +74,4 @@ def test_entries_are_lost_by_a_redis_crash_when_redis_does_not_persist(enqueue, 
     # Then the stream is empty while every row says delivered: the relay does not publish them again
     assert _entries(own_redis, redis_prefix + "orders") == []
     assert {r["status"] for r in rows()} == {"delivered"} and len(rows()) == N
-    assert store.claim("next", 100, 30) == []
+    assert store.claim("next", 100, 30).messages == ()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis as redis_lib
 
-from outbox_relay.publishers.redis_script import dedupe_key
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
+from outbox_relay.publishers.redis.script import dedupe_key
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
 
 def collect(publisher, messages, deadline):
@@ -18,15 +18,15 @@ def test_republishing_returns_the_first_entry_id_and_adds_nothing(enqueue, store
                                                                   redis_client, redis_prefix, expire_leases):
     # Given a batch published once whose ack was lost (nothing recorded)
     enqueue(3, stream="orders")
-    first_claim = store.claim("a", 10, 30)
+    first_claim = store.claim("a", 10, 30).messages
     first = collect(publisher, first_claim, plenty)
     # When the leases expire (requeued by the next claim: a first expiry) and another
     # invocation publishes the same messages
     expire_leases()
     assert store.claim("b", 10, 30).requeued == 3
     again = store.claim("b", 10, 30)
-    assert not again.suspect and len(again) == 3
-    second = collect(publisher, again, plenty)
+    assert not again.suspect and len(again.messages) == 3
+    second = collect(publisher, again.messages, plenty)
     # Then the same entry ids come back and the stream holds each message once
     assert {s: r.delivery_ref for s, r in first.items()} == {s: r.delivery_ref for s, r in second.items()}
     assert redis_client.xlen(redis_prefix + "orders") == 3
@@ -36,7 +36,7 @@ def test_dedupe_key_expires_after_the_configured_ttl(enqueue, store, servers, pl
     client = redis_lib.Redis.from_url(servers.redis_url)
     publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=90)
     enqueue(1, stream="ttl")
-    (m,) = store.claim("a", 10, 30)
+    (m,) = store.claim("a", 10, 30).messages
     collect(publisher, [m], plenty)
     key = dedupe_key(redis_prefix + "ttl", str(m.message_id))
     assert 85_000 < redis_client.pttl(key) <= 90_000
@@ -47,7 +47,7 @@ def test_maxlen_trims_the_stream_approximately(enqueue, store, servers, plenty, 
     client = redis_lib.Redis.from_url(servers.redis_url)
     publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=100)
     enqueue(1000, stream="trim")
-    collect(publisher, store.claim("a", 1000, 30), plenty)
+    collect(publisher, store.claim("a", 1000, 30).messages, plenty)
     length = redis_client.xlen(redis_prefix + "trim")
     assert 100 <= length < 1000  # MAXLEN ~ trims whole macro nodes: at least 100 kept
     client.close()
@@ -61,7 +61,7 @@ def test_the_largest_maxlen_the_settings_accept_is_one_redis_accepts(enqueue, st
     largest = next(m.le for m in Settings.model_fields["redis_maxlen"].metadata if hasattr(m, "le"))
     client = redis_lib.Redis.from_url(servers.redis_url)
     enqueue(2, stream="bound")
-    first, second = store.claim("a", 10, 30)
+    first, second = store.claim("a", 10, 30).messages
     # Then a publish with the bound adds the entry, and one above it is what Redis refuses
     (ok,) = collect(RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=largest), [first], plenty).values()
     (refused,) = collect(RedisStreamsPublisher(client, dedupe_ttl_seconds=3600, maxlen=largest + 1), [second],
@@ -75,7 +75,7 @@ def test_a_wrong_type_key_fails_only_its_own_messages(enqueue, store, publisher,
     redis_client.hset(redis_prefix + "taken", "f", "v")
     enqueue(2, stream="taken")
     enqueue(2, stream="ok")
-    results = collect(publisher, store.claim("a", 10, 30), plenty)
+    results = collect(publisher, store.claim("a", 10, 30).messages, plenty)
     errors = sorted(r.error_class.value for r in results.values() if not r.ok)
     assert errors == ["permanent", "permanent"]
     assert sum(r.ok for r in results.values()) == 2
@@ -84,10 +84,10 @@ def test_a_wrong_type_key_fails_only_its_own_messages(enqueue, store, publisher,
 
 def test_publish_survives_a_flushed_script_cache(enqueue, store, publisher, plenty, redis_client, redis_prefix):
     enqueue(1, stream="a")
-    collect(publisher, store.claim("a", 10, 30), plenty)
+    collect(publisher, store.claim("a", 10, 30).messages, plenty)
     redis_client.script_flush()  # as after a restart or failover
     enqueue(1, stream="a")
-    results = collect(publisher, store.claim("b", 10, 30), plenty)
+    results = collect(publisher, store.claim("b", 10, 30).messages, plenty)
     assert all(r.ok for r in results.values())
     assert redis_client.xlen(redis_prefix + "a") == 2
 
@@ -114,7 +114,7 @@ def test_one_pipelined_round_trip_per_batch(enqueue, store, servers, policy, ple
         for s in range(streams):
             enqueue(n // streams, stream=f"rt{s}")
         CountingConnection.reads = 0
-        messages = store.claim(f"o{n}", n, 30)
+        messages = store.claim(f"o{n}", n, 30).messages
         collect(publisher, messages, plenty)
         sends.append(CountingConnection.reads)
     assert sends == [1, 1, 1]
@@ -126,7 +126,7 @@ def test_entries_carry_headers_when_given(app_engine, store, publisher, plenty, 
 
     with app_engine.begin() as conn:
         enqueue_event(conn, stream=redis_prefix + "h", type="t", payload=[1, 2], headers={"trace_id": "abc"})
-    collect(publisher, store.claim("a", 10, 30), plenty)
+    collect(publisher, store.claim("a", 10, 30).messages, plenty)
     ((_, fields),) = redis_client.xrange(redis_prefix + "h")
     assert fields["headers"] == '{"trace_id":"abc"}' and fields["payload"] == "[1,2]" and "key" not in fields
 
@@ -143,7 +143,7 @@ def test_busy_redis_refusing_script_load_is_downstream_unavailable(enqueue, stor
     from support.redis_nodes import RedisNode
 
     enqueue(2, stream="busy")
-    claimed = store.claim("a", 10, 30)
+    claimed = store.claim("a", 10, 30).messages
     node = RedisNode(tmp_path).start()
     redis_client = node.client(decode_responses=True)
     # Redis 7 renamed lua-time-limit busy-reply-threshold
@@ -187,7 +187,7 @@ def test_a_key_stops_at_its_first_failure_within_a_call(enqueue, store, publishe
     enqueue(1, stream="full")
     enqueue(1, stream="full", key="k")
     # When a batch of two keyed messages, one without a key and another keyed one is published
-    results = collect(publisher, store.claim("a", 10, 30), plenty)
+    results = collect(publisher, store.claim("a", 10, 30).messages, plenty)
     # Then the key's first message failed with Redis's error; its later ones were not attempted;
     # the one without a key failed on its own
     by_seq = [results[s] for s in sorted(results)]

@@ -16,12 +16,11 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Mode
-from outbox_relay.modes import run_invocation
 from outbox_relay.observability import NOT_REPLICATED
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import replicated_pair
 
 
@@ -54,7 +53,7 @@ def test_a_batch_the_replica_did_not_acknowledge_is_released_and_published_once_
     plenty = Deadline(lambda: 60_000, 5)
     # Given a batch delivered with WAIT 1: the replica has every entry the rows point at
     enqueue(20, stream="orders")
-    assert run_batch(store, publisher, policy, plenty, "a").delivered == 20
+    assert RelayLoop(store, publisher, policy, plenty, "a").run().delivered == 20
     on_replica = {e for e, _ in replica.client(decode_responses=True).xrange(redis_prefix + "orders")}
     assert {r["delivery_ref"] for r in rows()} == on_replica
     # When the replica stops answering while the next batch is published
@@ -62,7 +61,7 @@ def test_a_batch_the_replica_did_not_acknowledge_is_released_and_published_once_
     replica.pause()
     publisher.wait_timeout_ms = 200
     try:
-        summary = run_batch(store, publisher, policy, plenty, "b")
+        summary = RelayLoop(store, publisher, policy, plenty, "b").run()
     finally:
         replica.resume()
         publisher.wait_timeout_ms = 3000
@@ -72,7 +71,7 @@ def test_a_batch_the_replica_did_not_acknowledge_is_released_and_published_once_
     assert len(later) == 10 and {(r["status"], r["attempts"]) for r in later} == {("pending", 0)}
     assert publisher.counters[NOT_REPLICATED] == 10
     # And once the replica answers again the batch is delivered, each message once in the stream
-    assert run_batch(store, publisher, policy, plenty, "c").delivered == 10
+    assert RelayLoop(store, publisher, policy, plenty, "c").run().delivered == 10
     client = primary.client()
     assert client.xlen(redis_prefix + "orders") == 30
     assert set(_stream_ids(client, [redis_prefix + "orders"]).values()) == {1}
@@ -88,7 +87,7 @@ def test_the_gate_claims_nothing_while_the_primary_has_fewer_replicas_than_wait_
     while primary.client().info("replication")["connected_slaves"]:
         assert time.monotonic() < give_up
         time.sleep(0.02)
-    summary = run_batch(store, _publisher(primary, wait_replicas=1), policy, Deadline(lambda: 60_000, 5), "a")
+    summary = RelayLoop(store, _publisher(primary, wait_replicas=1), policy, Deadline(lambda: 60_000, 5), "a").run()
     assert summary.claimed == 0 and summary.gate_closed and "replicas" in summary.skipped
     assert {r["status"] for r in rows()} == {"pending"}
 
@@ -105,7 +104,7 @@ def test_a_primary_killed_mid_drain_loses_nothing_recorded_delivered_with_wait(
     # Given a drain with WAIT 1 under way on the primary
     publisher = _publisher(primary, wait_replicas=1, wait_timeout_ms=500)
     done = threading.Event()
-    worker = threading.Thread(target=lambda: (run_invocation(store, publisher, drain, far, "a"), done.set()))
+    worker = threading.Thread(target=lambda: (RelayLoop(store, publisher, drain, far, "a").run(), done.set()))
     worker.start()
     give_up = time.monotonic() + 60
     # A count, not rows(): reading every row and body each time let a fast drain finish first.
@@ -122,7 +121,7 @@ def test_a_primary_killed_mid_drain_loses_nothing_recorded_delivered_with_wait(
     # And the drain goes on against the new primary until the outbox is empty
     survivor = _publisher(replica, wait_replicas=0)
     for _ in range(20):
-        run_invocation(store, survivor, drain, far, "b")
+        RelayLoop(store, survivor, drain, far, "b").run()
         if all(r["status"] == "delivered" for r in rows()):
             break
     # Then every message recorded delivered is in the stream, each message id exactly once

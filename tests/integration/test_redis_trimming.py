@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import RedisOnFull, RedisTrim
 from outbox_relay.observability import STREAM_FULL, TRIMMED_UNACKNOWLEDGED
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import run_batch
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
 BOUND = 10
 
@@ -58,12 +58,12 @@ def test_a_lagging_group_holds_the_stream_at_its_bound_and_loses_nothing(
     redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
     publisher = bounded()
     enqueue(BOUND, stream="orders")
-    assert run_batch(store, publisher, now_policy, plenty, "a").delivered == BOUND
+    assert RelayLoop(store, publisher, now_policy, plenty, "a").run().delivered == BOUND
     # Given a group that acknowledged 4 of the 10 entries, and 10 more messages
     acked = _read(redis_client, stream, 4, ack=True)
     unread = _ids(redis_client, stream)[4:]
     enqueue(10, stream="orders")
-    summary = run_batch(store, publisher, now_policy, plenty, "b")
+    summary = RelayLoop(store, publisher, now_policy, plenty, "b").run()
     # Then only what the group acknowledged made room; the rest is held: released with
     # attempts refunded, and counted
     assert summary.delivered == 4 and summary.throttled == 6 and publisher.counters[STREAM_FULL] == 6
@@ -73,7 +73,7 @@ def test_a_lagging_group_holds_the_stream_at_its_bound_and_loses_nothing(
     assert len(held) == 6 and {(r["status"], r["attempts"]) for r in held} == {("pending", 0)}
     # When the group catches up, the held messages go out, in order, and the bound holds
     _read(redis_client, stream, 100, ack=True)
-    assert run_batch(store, publisher, now_policy, plenty, "c").delivered == 6
+    assert RelayLoop(store, publisher, now_policy, plenty, "c").run().delivered == 6
     entries = _ids(redis_client, stream)
     assert len(entries) == BOUND
     assert [r["delivery_ref"] for r in rows()][-BOUND:] == entries  # rows() is in seq order
@@ -84,12 +84,12 @@ def test_pending_entries_are_never_trimmed(enqueue, store, bounded, now_policy, 
     redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
     publisher = bounded()
     enqueue(BOUND, stream="orders")
-    run_batch(store, publisher, now_policy, plenty, "a")
+    RelayLoop(store, publisher, now_policy, plenty, "a").run()
     before = _ids(redis_client, stream)
     # Given a group that read every entry and acknowledged none (all pending)
     _read(redis_client, stream, 100, ack=False)
     enqueue(3, stream="orders")
-    summary = run_batch(store, publisher, now_policy, plenty, "b")
+    summary = RelayLoop(store, publisher, now_policy, plenty, "b").run()
     # Then nothing is trimmed and nothing added
     assert summary.delivered == 0 and summary.throttled == 3
     assert _ids(redis_client, stream) == before
@@ -101,11 +101,11 @@ def test_on_full_trim_trims_to_the_bound_and_counts_what_a_group_had_not_acknowl
     redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
     publisher = bounded(RedisOnFull.TRIM)
     enqueue(BOUND, stream="orders")
-    run_batch(store, publisher, now_policy, plenty, "a")
+    RelayLoop(store, publisher, now_policy, plenty, "a").run()
     _read(redis_client, stream, 2, ack=True)
     # Given a group that acknowledged 2 of 10, and 5 more messages
     enqueue(5, stream="orders")
-    summary = run_batch(store, publisher, now_policy, plenty, "b")
+    summary = RelayLoop(store, publisher, now_policy, plenty, "b").run()
     # Then all 5 are published, the stream is cut to the bound, and the 3 unacknowledged ones lost are counted
     assert summary.delivered == 5 and len(_ids(redis_client, stream)) == BOUND
     assert publisher.counters[TRIMMED_UNACKNOWLEDGED] == 3
@@ -115,5 +115,5 @@ def test_a_stream_without_groups_is_trimmed_to_the_bound_exactly(enqueue, store,
                                                                   redis_client, redis_prefix):
     publisher = bounded()
     enqueue(25, stream="plain")
-    assert run_batch(store, publisher, now_policy, plenty, "a").delivered == 25
+    assert RelayLoop(store, publisher, now_policy, plenty, "a").run().delivered == 25
     assert redis_client.xlen(redis_prefix + "plain") == BOUND

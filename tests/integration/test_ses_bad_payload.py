@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import ClaimedMessage
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import run_batch
 from outbox_tools.cli import main
 from support.rows import insert_rows
 from support.ses import make_publisher, sent_messages
@@ -36,7 +36,7 @@ def test_a_bad_stored_email_is_dead_lettered_and_the_good_ones_sent_once(ses, se
         conn.execute(BAD_ROW)
 
     # When the SES relay runs three times
-    summaries = [run_batch(ses_store, make_publisher(ses), policy, plenty, f"owner-{i}") for i in range(3)]
+    summaries = [RelayLoop(ses_store, make_publisher(ses), policy, plenty, f"owner-{i}").run() for i in range(3)]
 
     # Then no run raised, and each good email was sent exactly once (moto's record)
     assert sorted(_recipients()) == ["user0@example.com", "user1@example.com", "user2@example.com"]
@@ -65,7 +65,7 @@ def test_an_unexpected_error_preparing_one_email_retries_it_and_sends_the_rest(s
     monkeypatch.setattr(publisher, "prepare", prepare)
 
     # When one invocation runs
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
 
     # Then the others are delivered, and the second is retried with backoff (transient), not dead
     assert summary.stopped is None
@@ -92,7 +92,7 @@ def test_sends_completed_before_an_exception_are_recorded(ses, ses_store, enqueu
 
     # When the batch fails part way through (the exception is the relay's to handle)
     with pytest.raises(OSError):
-        run_batch(ses_store, publisher, policy, Deadline(remaining_ms, margin_seconds=5), "owner-1")
+        RelayLoop(ses_store, publisher, policy, Deadline(remaining_ms, margin_seconds=5), "owner-1").run()
 
     # Then what SES accepted is recorded as delivered before the exception got out (it would not
     # be sent again after the lease expires), and nothing more was started once it was raised

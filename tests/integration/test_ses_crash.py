@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Channel
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.publisher import SesPublisher
-from outbox_relay.relay import run_batch
 from outbox_relay.store import LeaseStore
 from outbox_tools.local_ses import LocalSesServer, answer_get_account
 from support.ses import DEFAULT_FROM, SENDER_IDENTITY
@@ -66,7 +66,7 @@ def test_killed_sender_resends_at_most_one_group_plus_in_flight(database_url, re
         survivor = SesPublisher(client, default_sender=DEFAULT_FROM, max_concurrency=CONCURRENCY,
                                 record_group_size=GROUP)
         store = LeaseStore(relay_engine, Channel.SES, default_max_attempts=5)
-        summary = run_batch(store, survivor, policy, Deadline(lambda: 60_000, 5), "survivor")
+        summary = RelayLoop(store, survivor, policy, Deadline(lambda: 60_000, 5), "survivor").run()
         assert summary.delivered == TOTAL - recorded_at_kill
         assert {r["status"] for r in rows()} == {"delivered"}
 

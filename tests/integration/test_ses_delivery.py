@@ -8,7 +8,7 @@ import uuid
 from email import policy as email_policy
 from email.header import decode_header, make_header
 
-from outbox_relay.relay import run_batch
+from outbox_relay.loop import RelayLoop
 from outbox_tools.local_ses import fail_send_email
 from support.rows import insert_rows
 from support.ses import CONFIGURATION_SET, DEFAULT_FROM, make_publisher, sent_messages
@@ -41,7 +41,7 @@ def test_simple_emails_arrive_byte_for_byte_with_tags_and_delivery_refs(ses, ses
     publisher = make_publisher(ses)
 
     # When one invocation runs
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
 
     # Then all three are delivered, each with the SES MessageId moto returned
     assert (summary.claimed, summary.delivered, summary.dead, summary.retried) == (3, 3, 0, 0)
@@ -92,7 +92,7 @@ def test_attachment_goes_as_raw_mime_that_parses_back(ses, ses_store, enqueue_ma
                          attachments=[("recibo-café.pdf", pdf, "application/pdf")])
 
     # When it is relayed
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then moto recorded one raw message whose MIME parses back to what was enqueued
     assert summary.delivered == 1
@@ -134,7 +134,7 @@ def test_invalid_payload_written_by_hand_is_dead_lettered_and_the_batch_goes_on(
                 {"id": uuid.uuid4(), "p": json.dumps(payload)})
 
     # When the relay runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then the valid one is sent and the two are dead at once, with an error naming the field
     # and not echoing the stored values
@@ -152,7 +152,7 @@ def test_message_with_its_own_unverified_sender_is_rejected_alone(ses, ses_store
     enqueue_mail(3, sender=lambda i: "Promo <promo@unverified.example>" if i == 1 else None)
 
     # When the relay runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then moto's own MessageRejected dead-letters that one, and the others are delivered
     assert (summary.delivered, summary.dead, summary.stopped) == (2, 1, None)
@@ -170,7 +170,7 @@ def test_unverified_configured_sender_stops_the_batch_and_refunds(ses, ses_store
     publisher = make_publisher(ses, default_sender="Other <other@unverified.example>", max_concurrency=1)
 
     # When the relay runs
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
 
     # Then nothing is sent, the batch stops, and every message is pending again with its attempt refunded
     assert summary.stopped == "stop_batch"

@@ -7,7 +7,7 @@ from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, 
 from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.relay import RelayPolicy, run_batch
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_tools.local_ses import fail_send_email
 from support.ses import CONFIGURATION_SET, SENDER_IDENTITY, make_publisher, sent_messages
 
@@ -75,7 +75,7 @@ def test_message_level_error_classes(ses, ses_store, enqueue_mail, plenty, rows)
     enqueue_mail(len(addresses), to=lambda i: [addresses[i]])
 
     # When one invocation runs
-    summary = run_batch(ses_store, make_publisher(ses), WIDE, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), WIDE, plenty, "owner-1").run()
 
     # Then the batch is not stopped and the good ones are delivered
     assert summary.stopped is None
@@ -104,8 +104,8 @@ def test_daily_quota_defers_the_rest_of_the_batch_without_sending(ses, ses_store
     _fail_victim(ses, ("Throttling", "Daily message quota exceeded.", 400))
 
     # When one invocation sends one at a time
-    summary = run_batch(ses_store, make_publisher(ses, max_concurrency=1, record_group_size=1), policy, plenty,
-                        "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses, max_concurrency=1, record_group_size=1), policy, plenty,
+                        "owner-1").run()
 
     # Then the first is delivered and the rest are deferred by the quota deferral, attempts refunded, never dead
     states = [(r["status"], r["attempts"], r["last_error_class"]) for r in rows()]
@@ -148,7 +148,7 @@ def test_our_configuration_or_account_refused_stops_the_batch_and_refunds(ses, s
 
         # When one invocation sends one at a time, recording each send as it completes
         publisher = make_publisher(ses, max_concurrency=1, record_group_size=1, **overrides)
-        summary = run_batch(ses_store, publisher, policy, plenty, "owner-" + case)
+        summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-" + case).run()
         remove()
         publisher.account_hook()
 
@@ -170,7 +170,7 @@ def test_message_with_its_own_missing_configuration_set_is_dead_not_a_batch_stop
                     if r.get("ConfigurationSetName") == "no-such-set" else None)
 
     # When the relay runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then only that message is dead; the batch went on
     assert summary.stopped is None
@@ -188,7 +188,7 @@ def test_iam_refusal_of_a_sender_the_message_chose_is_dead_not_a_batch_stop(ses,
                     if "other.example" in r["FromEmailAddress"] else None)
 
     # When the relay runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then only that message is dead; the batch went on
     assert summary.stopped is None
@@ -202,13 +202,13 @@ def test_transient_failures_dead_letter_after_max_attempts(ses, ses_store, enque
     enqueue_mail(1, to=[VICTIM], max_attempts=2)
     _fail_victim(ses, ("InternalFailure", "internal error", 500))
     publisher = make_publisher(ses)
-    run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
     assert (rows()[0]["status"], rows()[0]["attempts"]) == ("pending", 1)
     with app_engine.begin() as conn:
         conn.execute(text("UPDATE outbox_message SET available_at = now()"))
 
     # When it fails again
-    run_batch(ses_store, publisher, policy, plenty, "owner-2")
+    RelayLoop(ses_store, publisher, policy, plenty, "owner-2").run()
 
     # Then it is dead with the transient class recorded
     assert (rows()[0]["status"], rows()[0]["attempts"], rows()[0]["last_error_class"]) == ("dead", 2, "transient")
@@ -230,7 +230,7 @@ def test_gate_closed_claims_nothing_and_says_why(ses, ses_store, enqueue_mail, p
         publisher = make_publisher(ses, get_account=account)
 
         # When the relay runs
-        summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+        summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
         publisher.account_hook()
 
         # Then nothing is claimed, the summary says why, and nothing is sent
@@ -246,7 +246,7 @@ def test_get_account_is_read_once_per_invocation_and_quota_bounds_the_claim(ses,
     publisher = make_publisher(ses, get_account={"max_24_hour_send": 50.0, "sent_last_24_hours": 46.0})
 
     # When one invocation runs
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
 
     # Then GetAccount was called once and only the quota left was claimed and sent
     assert len(publisher.account_hook.calls) == 1

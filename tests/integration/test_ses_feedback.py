@@ -16,8 +16,8 @@ from sqlalchemy import text
 from outbox_relay.feedback import run as feedback_run
 from outbox_relay.feedback.hashing import AddressHasher
 from outbox_relay.feedback.store import SuppressionList
+from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import run_batch
 from outbox_tools.lambda_local import LocalContext, load_handler
 from support.feedback import ADDRESS_KEY, SAMPLES, event_for, inner, sample, with_inner
 from support.ses import make_publisher, sent_messages
@@ -49,7 +49,7 @@ def send(ses, ses_store, relay_engine, policy) -> Callable[..., Any]:
 
     def _send(**kw: Any) -> Any:
         kw.setdefault("suppression", SuppressionList(relay_engine, HASHER))
-        return run_batch(ses_store, make_publisher(ses, **kw), policy, PLENTY, f"owner-{uuid.uuid4()}")
+        return RelayLoop(ses_store, make_publisher(ses, **kw), policy, PLENTY, f"owner-{uuid.uuid4()}").run()
 
     return _send
 

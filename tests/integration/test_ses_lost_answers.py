@@ -14,10 +14,10 @@ from typing import Any, Iterator
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
-from outbox_relay.relay import run_batch
 from support.feedback import event_for
 from support.forward import LosingForwarder
 from support.ses import make_publisher
@@ -52,7 +52,7 @@ def relay(ses_store, policy, monkeypatch):
         client = create_ses_client(max_concurrency=2, deadline_margin_seconds=MARGIN)
         publisher = make_publisher(client, **kw)
         deadline = Deadline(lambda: 60_000, margin_seconds=MARGIN)
-        return run_batch(ses_store, publisher, policy, deadline, f"owner-{uuid.uuid4()}")
+        return RelayLoop(ses_store, publisher, policy, deadline, f"owner-{uuid.uuid4()}").run()
     return _relay
 
 

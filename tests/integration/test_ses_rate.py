@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import run_batch
 from outbox_tools.local_ses import fail_send_email
 from support.ses import make_publisher, sent_messages
 
@@ -47,7 +47,7 @@ def test_sends_close_to_max_send_rate_and_never_more_in_any_second(ses, ses_stor
     publisher = make_publisher(ses, max_send_rate=max_send_rate, max_concurrency=8, record_group_size=10)
 
     # When one invocation sends them
-    summary = run_batch(ses_store, publisher, policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, plenty, "owner-1").run()
 
     # Then all are delivered, concurrently (one thread could not keep up with 100 ms calls)
     assert summary.delivered == n and len(sent_messages()) == n
@@ -74,7 +74,7 @@ def test_claim_is_bounded_by_what_the_rate_allows_before_the_deadline(ses, ses_s
     deadline = Deadline(lambda: max(0, int((ends - time.monotonic()) * 1000)), margin_seconds=1.0)
 
     # When it runs
-    summary = run_batch(ses_store, publisher, policy, deadline, "owner-1")
+    summary = RelayLoop(ses_store, publisher, policy, deadline, "owner-1").run()
 
     # Then it claims only what 10 per second allows in the 1.5 s it has (10 / 1.03 × 1.5 = 14)
     assert 9 <= summary.claimed <= 14  # fewer when the machine is slow to get to the claim

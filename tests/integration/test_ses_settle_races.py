@@ -23,7 +23,7 @@ from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
-from outbox_relay.relay import run_batch
+from outbox_relay.loop import RelayLoop
 from support.feedback import event_for
 from support.forward import LosingForwarder
 from support.ses import make_publisher
@@ -45,7 +45,7 @@ def relay(ses_store, policy, monkeypatch) -> Callable[..., Any]:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", f"http://127.0.0.1:{port}")
         client = create_ses_client(max_concurrency=2, read_timeout_seconds=read_timeout)
         publisher = make_publisher(client, settle_seconds=SETTLE_SECONDS)
-        return run_batch(ses_store, publisher, policy, PLENTY, f"owner-{uuid.uuid4()}")
+        return RelayLoop(ses_store, publisher, policy, PLENTY, f"owner-{uuid.uuid4()}").run()
 
     return _relay
 

@@ -10,9 +10,9 @@ from typing import Iterator
 
 import pytest
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
-from outbox_relay.relay import run_batch
 from support.ses import make_publisher
 
 
@@ -57,7 +57,7 @@ def test_a_hanging_send_times_out_transient_and_is_recorded_before_the_deadline(
     start = time.monotonic()
     budget = margin + 0.5  # seconds the Lambda has left
     deadline = Deadline(lambda: int((start + budget - time.monotonic()) * 1000), margin_seconds=margin)
-    summary = run_batch(ses_store, make_publisher(client), policy, deadline, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(client), policy, deadline, "owner-1").run()
     took = time.monotonic() - start
 
     # Then the send timed out and its outcome was recorded well before the deadline

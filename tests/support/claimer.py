@@ -3,7 +3,7 @@
 usage: python claimer.py DATABASE_URL REDIS_URL --batch N [--lease S] [--max-attempts N]
                          [--die-after-publish | --crash-on-payload TEXT]
 
-Loops run_batch until the queue is empty, printing one JSON line per batch
+Loops RelayLoop.run until the queue is empty, printing one JSON line per batch
 with the claimed seqs. With --die-after-publish it claims one batch,
 publishes it to Redis, prints "published" and waits to be killed before
 recording anything (the crash test's SIGKILL). With --crash-on-payload the
@@ -24,10 +24,10 @@ import redis
 from sqlalchemy import create_engine
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import Channel
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis_streams import RedisStreamsPublisher
-from outbox_relay.relay import RelayPolicy, run_batch
+from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore, lease_token
 
 
@@ -58,7 +58,7 @@ def main() -> int:
 
     if args.die_after_publish:
         owner = lease_token("crash")
-        claimed = store.claim(owner, args.batch, args.lease)
+        claimed = store.claim(owner, args.batch, args.lease).messages
         publisher.deliver(claimed, deadline, lambda results: None)  # published, not recorded
         print(json.dumps({"owner": owner, "seqs": [m.seq for m in claimed]}), flush=True)
         print("published", flush=True)
@@ -78,7 +78,7 @@ def main() -> int:
             return got
 
         store.claim = claim  # type: ignore[method-assign]
-        summary = run_batch(store, publisher, policy, deadline, owner)
+        summary = RelayLoop(store, publisher, policy, deadline, owner).run()
         store.claim = original  # type: ignore[method-assign]
         print(json.dumps({"owner": owner, "seqs": seen, "delivered": summary.delivered}), flush=True)
         idle = idle + 1 if summary.claimed == 0 else 0

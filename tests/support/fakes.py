@@ -2,120 +2,54 @@
 relay loop's branches without sockets (`outbox_relay.store.Store`,
 `outbox_relay.publishers.base.Publisher`).
 
-`FakeStore` keeps rows with the lifecycle's rules (docs/design.md, "Message
-lifecycle"): a claim leases pending rows (attempts + 1) to its owner, an
-outcome write is fenced on the owner's lease, a release refunds the attempt.
-Time is a number the test moves (`now`), never the wall clock.
+`FakeStore` is the shipped `outbox_relay.testing.InMemoryStore` (held to
+`LeaseStore` by tests/contract/store) with its calls logged. Time is a number
+the test moves (`now`, `advance`), never the wall clock.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from outbox_relay.errors import DownstreamUnavailable
-from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, Outcome, OutcomeKind, Status
-from outbox_relay.publishers.base import Deadline, RecordResults
-from outbox_relay.store import RecordResult
+from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, Outcome
+from outbox_relay.publishers.base import Deadline, Publisher, RecordResults
+from outbox_relay.store import ClaimResult, RecordResult
+from outbox_relay.testing import InMemoryStore, StoredMessage
 
 
-@dataclass
-class Row:
-    seq: int
-    destination: str = "s"
-    key: str | None = None
-    status: Status = Status.PENDING
-    attempts: int = 0
-    max_attempts: int = 3
-    available_at: float = 0.0
-    lease_owner: str | None = None
-    lease_expires_at: float | None = None
-    last_error_class: str | None = None
-    last_error: str | None = None
-    delivery_ref: str | None = None
-    message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-
-class FakeStore:
-    """The store's contract in memory. `claims` and `records` log every call."""
+class FakeStore(InMemoryStore):
+    """The shipped in-memory store (`outbox_relay.testing`), with every call logged:
+    `claims` (owner, limit), `claim_bytes`, `records`; `steal` holds seqs whose lease
+    another holder took (their outcomes are lost); `fail_record` is raised by the next
+    outcome writes."""
 
     def __init__(self, n: int = 0, **row_fields) -> None:
-        self.now = 1000.0
-        self.rows: dict[int, Row] = {}
+        super().__init__(default_max_attempts=3)
         self.claims: list[tuple[str, int]] = []
         self.claim_bytes: list[int] = []
         self.records: list[list[Outcome]] = []
-        self.steal: set[int] = set()  # seqs whose lease another holder took (outcomes for them are lost)
+        self.steal: set[int] = set()
         self.fail_record: BaseException | None = None
         for _ in range(n):
             self.add(**row_fields)
 
-    def add(self, **fields) -> Row:
-        seq = len(self.rows) + 1
-        row = Row(seq, available_at=fields.pop("available_at", self.now), **fields)
-        self.rows[seq] = row
-        return row
+    def add(self, **fields) -> StoredMessage:
+        fields.setdefault("payload_json", '{"n":%d}' % (max(self.rows, default=0) + 1))
+        return super().add(**fields)
 
-    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = 1 << 30) -> list[ClaimedMessage]:
+    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = 1 << 30) -> ClaimResult:
         self.claims.append((owner, limit))
         self.claim_bytes.append(max_bytes)
-        out = []
-        for row in sorted(self.rows.values(), key=lambda r: (r.available_at, r.seq)):
-            if len(out) >= limit:
-                break
-            expired = row.status is Status.LEASED and row.lease_expires_at is not None \
-                and row.lease_expires_at <= self.now
-            if row.status is Status.PENDING and row.available_at <= self.now or expired:
-                if expired and row.attempts >= row.max_attempts:
-                    row.status, row.lease_owner, row.lease_expires_at = Status.DEAD, None, None
-                    row.last_error_class = ErrorClass.LEASE_EXPIRED.value
-                else:
-                    row.status, row.attempts = Status.LEASED, row.attempts + 1
-                    row.lease_owner, row.lease_expires_at = owner, self.now + lease_seconds
-                out.append(ClaimedMessage(row.seq, row.message_id, row.status, row.destination, "t", row.key,
-                                          '{"n":%d}' % row.seq, None, row.attempts, row.max_attempts,
-                                          "2026-01-01T00:00:00.000000Z"))
-        return out
+        return super().claim(owner, limit, lease_seconds, max_bytes)
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         if self.fail_record is not None:
             raise self.fail_record
         self.records.append(list(outcomes))
-        counts = dict(delivered=0, retried=0, dead=0, released=0)
-        lost = []
-        for o in outcomes:
-            row = self.rows[o.seq]
-            if row.status is not Status.LEASED or row.lease_owner != owner or o.seq in self.steal:
-                lost.append(o.seq)
-                continue
-            row.lease_owner = row.lease_expires_at = None
-            if o.error_class is not None:
-                row.last_error_class, row.last_error = o.error_class.value, o.error
-            if o.kind is OutcomeKind.DELIVERED:
-                row.status, row.delivery_ref = Status.DELIVERED, o.delivery_ref
-                counts["delivered"] += 1
-            elif o.kind is OutcomeKind.DEAD or (o.kind is OutcomeKind.RETRY and row.attempts >= row.max_attempts):
-                row.status = Status.DEAD
-                counts["dead"] += 1
-            elif o.kind is OutcomeKind.RETRY:
-                row.status, row.available_at = Status.PENDING, self.now + o.delay_seconds
-                counts["retried"] += 1
-            else:
-                row.status, row.available_at = Status.PENDING, self.now + o.delay_seconds
-                row.attempts = max(0, row.attempts - 1)
-                counts["released"] += 1
-        return RecordResult(**counts, lease_lost=len(lost), lost_seqs=tuple(sorted(lost)),
-                            oldest_pending_age_seconds=self.oldest_pending_age_seconds())
-
-    def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
-                error_class=None, error: str | None = None) -> RecordResult:
-        return self.record(owner, [Outcome(s, OutcomeKind.RELEASE, error_class, error, None, delay_seconds)
-                                   for s in seqs])
-
-    def oldest_pending_age_seconds(self) -> float:
-        due = [r.available_at for r in self.rows.values() if r.status is Status.PENDING and r.available_at <= self.now]
-        return self.now - min(due) if due else 0.0
+        for seq in self.steal:
+            self.rows[seq].lease_owner = "another holder"
+        return super().record(owner, outcomes)
 
     def status_of(self) -> dict[int, tuple[str, int]]:
         return {seq: (r.status.value, r.attempts) for seq, r in self.rows.items()}
@@ -124,7 +58,7 @@ class FakeStore:
 Script = Callable[[ClaimedMessage], DeliveryResult | None]
 
 
-class FakePublisher:
+class FakePublisher(Publisher):
     """A publisher whose answers the test scripts.
 
     `answer(m)` gives each message's result (None: not reported, as when the

@@ -16,13 +16,14 @@ calls = []
 real_freeze = gc.freeze
 gc.freeze = lambda: (calls.append(1), real_freeze())
 from outbox_relay import runtime
+from outbox_relay.publishers.redis import GC_YOUNG_THRESHOLD
 before = gc.get_threshold()
 deps = runtime.get_dependencies()
 frozen = gc.get_freeze_count()
 runtime.reset()
 runtime.get_dependencies()  # a second container build in the same process: no second freeze
 print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": frozen, "freezes": len(calls),
-                  "young": runtime.GC_YOUNG_THRESHOLD}))
+                  "young": GC_YOUNG_THRESHOLD}))
 """
 
 

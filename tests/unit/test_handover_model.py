@@ -343,9 +343,8 @@ def test_after_a_claim_lost_with_the_database_the_poller_claims_under_a_new_toke
     from sqlalchemy.exc import OperationalError
 
     from outbox_relay.backoff import Backoff
+    from outbox_relay.loop import RelayLoop, RelayPolicy
     from outbox_relay.models import Mode
-    from outbox_relay.modes import run_invocation
-    from outbox_relay.relay import RelayPolicy
     from support.deadline import countdown
     from support.fakes import FakePublisher, FakeStore
 
@@ -364,7 +363,7 @@ def test_after_a_claim_lost_with_the_database_the_poller_claims_under_a_new_toke
                          poll_interval_seconds=0.02, poll_max_interval_seconds=0.02)
 
     # When a latency-mode invocation runs through it
-    summary = run_invocation(store, FakePublisher(), policy, countdown(0.5, margin=0.1), "tok")
+    summary = RelayLoop(store, FakePublisher(), policy, countdown(0.5, margin=0.1), "tok").run()
 
     # Then every claim after the lost one used a token of its own, derived from the invocation's
     assert calls[:2] == ["tok", "tok"] and set(calls[2:]) == {"tok/1"} and summary.delivered == 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from outbox_relay.key_turns import KeyTurns
 from outbox_relay.models import ClaimedMessage, ErrorClass, Status
-from outbox_relay.publishers import redis_script
+from outbox_relay.publishers.redis import script as redis_script
 
 
 def msg(seq: int, key: str | None, destination: str = "s") -> ClaimedMessage:

@@ -8,8 +8,8 @@ import warnings
 from outbox_relay import observability as obs
 from outbox_relay.invocation import MetricsWindow
 from outbox_relay.models import Channel
-from outbox_relay.relay import Summary
 from outbox_relay.store import RecordResult
+from outbox_relay.summary import Summary
 
 
 def _values(blob: dict, name: str) -> list:

@@ -7,9 +7,8 @@ import pytest
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.errors import StopBatch
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import DeliveryResult, Mode
-from outbox_relay.modes import run_invocation
-from outbox_relay.relay import RelayPolicy
 from support.fakes import FakeClock, FakePublisher, FakeStore, unavailable
 
 
@@ -28,8 +27,8 @@ def test_drain_claims_while_batches_come_back_full(pipelined):
     store, clock = FakeStore(25), FakeClock()
 
     # When one drain invocation runs
-    summary = run_invocation(store, FakePublisher(pipelined=pipelined), policy(Mode.DRAIN), clock.deadline, "me",
-                             sleep=clock.sleep)
+    summary = RelayLoop(store, FakePublisher(pipelined=pipelined), policy(Mode.DRAIN), clock.deadline, "me",
+                             sleep=clock.sleep).run()
 
     # Then it claimed 10, 10 and 5 and stopped after the batch that was not full
     assert [limit for _, limit in store.claims] == [10, 10, 10]
@@ -40,14 +39,14 @@ def test_drain_claims_while_batches_come_back_full(pipelined):
 
 def test_drain_stops_at_an_empty_claim_after_a_full_batch():
     store, clock = FakeStore(20), FakeClock()
-    summary = run_invocation(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me",
-                             sleep=clock.sleep)
+    summary = RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me",
+                             sleep=clock.sleep).run()
     assert len(store.claims) == 3 and summary.delivered == 20 and summary.polls == 3
 
 
 def test_batch_mode_is_one_batch():
     store, clock = FakeStore(25), FakeClock()
-    summary = run_invocation(store, FakePublisher(), policy(Mode.BATCH), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, FakePublisher(), policy(Mode.BATCH), clock.deadline, "me", sleep=clock.sleep).run()
     assert len(store.claims) == 1 and summary.delivered == 10 and summary.mode == "batch"
 
 
@@ -65,8 +64,8 @@ def test_latency_polls_until_the_deadline_and_takes_what_arrives():
     clock.on_sleep = arrive
 
     # When one latency invocation runs
-    summary = run_invocation(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
-                             sleep=clock.sleep)
+    summary = RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+                             sleep=clock.sleep).run()
 
     # Then every message that arrived was delivered, it waited at most the poll interval
     # between empty claims (the interval once idle), and it stopped at the deadline's margin
@@ -87,9 +86,9 @@ def test_latency_backs_off_while_idle_and_comes_back_at_once():
             store.add(available_at=store.now)
 
     clock.on_sleep = arrive
-    run_invocation(store, FakePublisher(pipelined=True),
+    RelayLoop(store, FakePublisher(pipelined=True),
                    policy(Mode.LATENCY, poll_interval_seconds=0.1, poll_max_interval_seconds=0.4),
-                   clock.deadline, "me", sleep=clock.sleep)
+                   clock.deadline, "me", sleep=clock.sleep).run()
 
     # Then the idle wait doubled from an eighth of the interval to 0.4 s, and after the claim
     # that found the message it started again from an eighth of the interval
@@ -102,21 +101,21 @@ def test_latency_backs_off_while_idle_and_comes_back_at_once():
 def test_latency_keeps_polling_through_a_closed_gate_and_drain_stops():
     store, clock = FakeStore(5), FakeClock(seconds=1.0, margin=0.5)
     publisher = FakePublisher(gate="redis unavailable (ConnectionError)", pipelined=True)
-    summary = run_invocation(store, publisher, policy(Mode.LATENCY), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, publisher, policy(Mode.LATENCY), clock.deadline, "me", sleep=clock.sleep).run()
     assert store.claims == [] and summary.gate_closed
     assert publisher.gates == len(clock.sleeps) == 8  # 0.0125 + 0.025 + 0.05 + 0.1 … until no time is left
     assert summary.skipped is None or summary.skipped.startswith("not enough time")
 
     store, clock = FakeStore(5), FakeClock()
     publisher = FakePublisher(gate="redis unavailable (ConnectionError)", pipelined=True)
-    summary = run_invocation(store, publisher, policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, publisher, policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep).run()
     assert publisher.gates == 1 and summary.skipped == "redis unavailable (ConnectionError)"
 
 
 def test_the_gate_is_checked_before_every_claim():
     store, clock = FakeStore(35), FakeClock()
     publisher = FakePublisher(pipelined=True)
-    summary = run_invocation(store, publisher, policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, publisher, policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep).run()
     assert publisher.gates == len(store.claims) == summary.polls == 4
 
 
@@ -133,7 +132,7 @@ def test_a_downstream_lost_mid_batch_refunds_it_and_what_was_claimed_ahead(mode)
                 raise unavailable()
             super().deliver(messages, deadline, record)
 
-    summary = run_invocation(store, Flaky(pipelined=True), policy(mode), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, Flaky(pipelined=True), policy(mode), clock.deadline, "me", sleep=clock.sleep).run()
 
     # Then the first batch and the one claimed ahead are pending again with their attempts refunded
     assert calls[0] == list(range(1, 11))
@@ -151,7 +150,7 @@ def test_a_stop_batch_ends_a_latency_invocation():
     store, clock = FakeStore(30), FakeClock(seconds=5.0, margin=0.5)
     publisher = FakePublisher(raise_after=StopBatch("ses: the configured sender is not verified"), report_first=0,
                               pipelined=True)
-    summary = run_invocation(store, publisher, policy(Mode.LATENCY), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, publisher, policy(Mode.LATENCY), clock.deadline, "me", sleep=clock.sleep).run()
     assert summary.stopped == "stop_batch" and len(publisher.delivered) == 1 and clock.sleeps == []
     assert all(v == ("pending", 0) for v in store.status_of().values())
 
@@ -165,8 +164,8 @@ def test_a_batch_claimed_ahead_and_not_delivered_goes_back():
             super().deliver(messages, deadline, record)
             clock.now = 9.5  # the batch takes until past the deadline's margin
 
-    summary = run_invocation(store, Slow(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
-                             sleep=clock.sleep)
+    summary = RelayLoop(store, Slow(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+                             sleep=clock.sleep).run()
 
     # Then only the first batch was delivered; the second, claimed while it was published, was released
     assert delivered(store) == list(range(1, 11))
@@ -176,12 +175,12 @@ def test_a_batch_claimed_ahead_and_not_delivered_goes_back():
 
 def test_pipelined_claims_take_half_the_byte_budget_each():
     store, clock = FakeStore(5), FakeClock()
-    run_invocation(store, FakePublisher(pipelined=True), policy(Mode.DRAIN, batch_max_bytes=1000), clock.deadline,
-                   "me", sleep=clock.sleep)
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.DRAIN, batch_max_bytes=1000), clock.deadline,
+                   "me", sleep=clock.sleep).run()
     assert store.claim_bytes == [500]
     store, clock = FakeStore(5), FakeClock()
-    run_invocation(store, FakePublisher(pipelined=False), policy(Mode.DRAIN, batch_max_bytes=1000), clock.deadline,
-                   "me", sleep=clock.sleep)
+    RelayLoop(store, FakePublisher(pipelined=False), policy(Mode.DRAIN, batch_max_bytes=1000), clock.deadline,
+                   "me", sleep=clock.sleep).run()
     assert store.claim_bytes == [1000]
 
 
@@ -189,23 +188,23 @@ def test_a_failed_outcome_write_propagates_and_stops_claiming():
     store, clock = FakeStore(30), FakeClock()
     store.fail_record = ConnectionError("database went away")
     with pytest.raises(ConnectionError):
-        run_invocation(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me",
-                       sleep=clock.sleep)
+        RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me",
+                       sleep=clock.sleep).run()
     assert len(store.claims) <= 3
 
 
 def test_results_are_recorded_per_message_whatever_the_mode():
     store, clock = FakeStore(12), FakeClock()
     answers = {s: DeliveryResult.delivered(s, f"{s}-0") for s in range(1, 13)}
-    summary = run_invocation(store, FakePublisher(lambda m: answers[m.seq], pipelined=True),
-                             policy(Mode.DRAIN, batch_size=5), clock.deadline, "me", sleep=clock.sleep)
+    summary = RelayLoop(store, FakePublisher(lambda m: answers[m.seq], pipelined=True),
+                             policy(Mode.DRAIN, batch_size=5), clock.deadline, "me", sleep=clock.sleep).run()
     assert summary.delivered == 12 and [store.rows[s].delivery_ref for s in (1, 12)] == ["1-0", "12-0"]
-    assert summary.as_dict()["delivery_lag_ms"]["count"] == 0  # the fake store measures no lag
+    assert summary.as_dict()["delivery_lag_ms"]["count"] == 12
 
 
 def test_nothing_is_claimed_ahead_of_a_suspect_even_when_its_claim_requeued_leases():
     # Given a claim that re-claimed a suspect alone and also requeued expired leases (it counts as full)
-    from outbox_relay.store import Claim
+    from dataclasses import replace
 
     class SuspectFirst(FakeStore):
         def __init__(self) -> None:
@@ -215,13 +214,11 @@ def test_nothing_is_claimed_ahead_of_a_suspect_even_when_its_claim_requeued_leas
         def claim(self, owner, limit, lease_seconds, max_bytes=1 << 30):
             self.recorded_when_claimed.append(len(self.records))
             if len(self.claims) == 0:
-                claim = Claim(super().claim(owner, 1, lease_seconds, max_bytes))
-                claim.suspect, claim.requeued, claim.scanned = True, 3, 0
-                return claim
+                return replace(super().claim(owner, 1, lease_seconds, max_bytes), suspect=True, requeued=3, scanned=0)
             return super().claim(owner, limit, lease_seconds, max_bytes)
 
     store, clock = SuspectFirst(), FakeClock()
     # When a pipelined drain invocation runs
-    run_invocation(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep)
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep).run()
     # Then the next claim began only once the suspect's outcome was written (it may crash the process)
     assert store.recorded_when_claimed[:2] == [0, 1] and delivered(store) == [1, 2, 3, 4, 5]

@@ -5,8 +5,9 @@ import uuid
 import pytest
 
 from outbox_relay.backoff import Backoff
+from outbox_relay.loop import RelayPolicy
 from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, OutcomeKind, Status
-from outbox_relay.relay import RelayPolicy, to_outcome
+from outbox_relay.recording import to_outcome
 
 POLICY = RelayPolicy(batch_size=10, lease_seconds=120,
                      backoff=Backoff(base=1, cap=100, floor=0, uniform=lambda lo, hi: hi),
@@ -29,7 +30,7 @@ MSG = ClaimedMessage(1, str(uuid.uuid4()), Status.LEASED, "s", "t", None, "{}", 
     ],
 )
 def test_outcome_table(result, kind, delay):
-    outcome = to_outcome(result, MSG, POLICY)
+    outcome = to_outcome(result, MSG, POLICY.backoff, POLICY.throttle_delay_seconds)
     assert outcome.kind is kind
     assert outcome.delay_seconds == delay
     assert outcome.error_class is result.error_class
@@ -43,4 +44,4 @@ def test_positional_constructors_build_the_same_tuples_as_the_keyword_ones():
     assert DeliveryResult.delivered(7, "1-0").ok
     assert Outcome.delivered(7, "1-0") == Outcome(7, OutcomeKind.DELIVERED, delivery_ref="1-0")
     assert type(Outcome.delivered(7, None)) is Outcome
-    assert to_outcome(DeliveryResult(7, delivery_ref="9-1"), MSG, POLICY) == Outcome.delivered(7, "9-1")
+    assert to_outcome(DeliveryResult(7, delivery_ref="9-1"), MSG, POLICY.backoff, POLICY.throttle_delay_seconds) == Outcome.delivered(7, "9-1")

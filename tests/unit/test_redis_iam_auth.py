@@ -11,7 +11,7 @@ import pytest
 
 from outbox_relay.config import load_settings
 from outbox_relay.errors import ConfigurationError
-from outbox_relay.publishers.redis_client import ElastiCacheIamCredentials
+from outbox_relay.publishers.redis.client import ElastiCacheIamCredentials
 
 BASE = {"DATABASE_URL": "postgresql+pg8000://u@h/db", "REDIS_URL": "rediss://relay-user@cache.example.com:6379",
         "OUTBOX_REDIS_IAM_AUTH": "true", "OUTBOX_REDIS_IAM_CACHE_NAME": "orders-cache"}

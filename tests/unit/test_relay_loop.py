@@ -7,9 +7,9 @@ import pytest
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.errors import StopBatch
+from outbox_relay.loop import RelayLoop, RelayPolicy
 from outbox_relay.models import DeliveryResult, ErrorClass, Status
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.relay import RelayPolicy, run_batch
 from support.fakes import FakePublisher, FakeStore, unavailable
 
 POLICY = RelayPolicy(batch_size=10, lease_seconds=120, backoff=Backoff(base=4, cap=60, floor=0,
@@ -23,7 +23,7 @@ def test_a_closed_gate_claims_nothing():
     store = FakeStore(5)
 
     # When one invocation runs
-    summary = run_batch(store, FakePublisher(gate="redis unavailable (ConnectionError)"), POLICY, PLENTY, "me")
+    summary = RelayLoop(store, FakePublisher(gate="redis unavailable (ConnectionError)"), POLICY, PLENTY, "me").run()
 
     # Then nothing was claimed and the summary says why
     assert store.claims == []
@@ -33,14 +33,14 @@ def test_a_closed_gate_claims_nothing():
 
 def test_no_time_left_claims_nothing():
     store = FakeStore(5)
-    summary = run_batch(store, FakePublisher(), POLICY, Deadline(lambda: 4_000, margin_seconds=5), "me")
+    summary = RelayLoop(store, FakePublisher(), POLICY, Deadline(lambda: 4_000, margin_seconds=5), "me").run()
     assert store.claims == [] and summary.skipped == "not enough time left before the deadline"
 
 
 def test_the_claim_is_bounded_by_the_publishers_limit_and_the_lease():
     # Given a publisher that can send three before the deadline
     store = FakeStore(10)
-    run_batch(store, FakePublisher(limit=3), POLICY, PLENTY, "me")
+    RelayLoop(store, FakePublisher(limit=3), POLICY, PLENTY, "me").run()
     assert store.claims == [("me", 3)]
     assert sorted(s for s, (status, _) in store.status_of().items() if status == "delivered") == [1, 2, 3]
 
@@ -54,7 +54,7 @@ def test_every_result_becomes_its_outcome_in_one_write():
                4: DeliveryResult(4, error_class=ErrorClass.THROTTLED, error="slow down")}
 
     # When one invocation runs
-    summary = run_batch(store, FakePublisher(lambda m: answers[m.seq]), POLICY, PLENTY, "me")
+    summary = RelayLoop(store, FakePublisher(lambda m: answers[m.seq]), POLICY, PLENTY, "me").run()
 
     # Then one outcome write recorded them all: delivered; dead now; retried after the backoff
     # (attempt kept); released after the throttle delay (attempt refunded)
@@ -70,7 +70,7 @@ def test_a_lease_expired_with_no_attempts_left_is_counted_dead_on_claim():
     store = FakeStore(1, attempts=3, max_attempts=3, status=Status.LEASED, lease_owner="dead",
                       lease_expires_at=0.0)
 
-    summary = run_batch(store, FakePublisher(), POLICY, PLENTY, "me")
+    summary = RelayLoop(store, FakePublisher(), POLICY, PLENTY, "me").run()
 
     assert store.status_of() == {1: ("dead", 3)}
     assert (summary.claimed, summary.dead, summary.error_classes) == (1, 1, {"lease_expired": 1})
@@ -85,7 +85,7 @@ def test_a_batch_stopped_mid_way_records_what_completed_and_refunds_the_rest(fai
     store = FakeStore(5)
     publisher = FakePublisher(raise_after=failure, report_first=2)
 
-    summary = run_batch(store, publisher, POLICY, PLENTY, "me")
+    summary = RelayLoop(store, publisher, POLICY, PLENTY, "me").run()
 
     # Then the two are delivered, the other three pending again with their attempt refunded
     assert store.status_of() == {1: ("delivered", 1), 2: ("delivered", 1), 3: ("pending", 0), 4: ("pending", 0),
@@ -101,7 +101,7 @@ def test_an_unexpected_error_releases_what_was_not_recorded_and_propagates():
     publisher = FakePublisher(raise_after=KeyError("a bug"), report_first=1)
 
     with pytest.raises(KeyError):
-        run_batch(store, publisher, POLICY, PLENTY, "me")
+        RelayLoop(store, publisher, POLICY, PLENTY, "me").run()
 
     # Then the completed one is recorded and the rest released, attempts refunded, saying why
     assert store.status_of() == {1: ("delivered", 1), 2: ("pending", 0), 3: ("pending", 0)}
@@ -112,8 +112,8 @@ def test_an_unexpected_error_releases_what_was_not_recorded_and_propagates():
 def test_messages_the_publisher_never_reported_are_released_not_attempted():
     # Given a publisher that ran out of time after the first two
     store = FakeStore(4)
-    summary = run_batch(store, FakePublisher(lambda m: DeliveryResult.delivered(m.seq, "x") if m.seq <= 2 else None),
-                        POLICY, PLENTY, "me")
+    summary = RelayLoop(store, FakePublisher(lambda m: DeliveryResult.delivered(m.seq, "x") if m.seq <= 2 else None),
+                        POLICY, PLENTY, "me").run()
     assert store.status_of() == {1: ("delivered", 1), 2: ("delivered", 1), 3: ("pending", 0), 4: ("pending", 0)}
     assert summary.error_classes == {"not_attempted": 2}
     assert store.rows[3].last_error == "not attempted before the deadline"
@@ -125,7 +125,7 @@ def test_a_deadline_passed_after_the_claim_delivers_nothing():
     calls = iter([60_000] + [0] * 10)
     publisher = FakePublisher()
 
-    run_batch(store, publisher, POLICY, Deadline(lambda: next(calls), margin_seconds=5), "me")
+    RelayLoop(store, publisher, POLICY, Deadline(lambda: next(calls), margin_seconds=5), "me").run()
 
     assert publisher.delivered == [] and store.status_of() == {1: ("pending", 0), 2: ("pending", 0)}
 
@@ -135,7 +135,7 @@ def test_an_outcome_for_a_lease_lost_overwrites_nothing_and_is_counted():
     store = FakeStore(3)
     store.steal = {2}
 
-    summary = run_batch(store, FakePublisher(), POLICY, PLENTY, "me")
+    summary = RelayLoop(store, FakePublisher(), POLICY, PLENTY, "me").run()
 
     assert summary.lease_lost == 1 and summary.delivered == 2
     assert store.status_of()[2] == ("leased", 1)
@@ -144,6 +144,6 @@ def test_an_outcome_for_a_lease_lost_overwrites_nothing_and_is_counted():
 def test_results_for_messages_not_in_the_batch_are_ignored():
     store = FakeStore(1)
     publisher = FakePublisher(lambda m: DeliveryResult.delivered(m.seq + 100, "x"))
-    summary = run_batch(store, publisher, POLICY, PLENTY, "me")
+    summary = RelayLoop(store, publisher, POLICY, PLENTY, "me").run()
     # the stray result is dropped; the real message is released as not reported
     assert summary.delivered == 0 and store.status_of() == {1: ("pending", 0)}

@@ -19,11 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outbox_relay.backoff import Backoff
-from outbox_relay.batch import RelayPolicy, to_outcome
 from outbox_relay.feedback.events import IGNORED, FeedbackEvent, MalformedEvent, parse_message, parse_records
 from outbox_relay.feedback.hashing import AddressHasher, normalise
+from outbox_relay.loop import RelayPolicy
 from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, OutcomeKind, Status
 from outbox_relay.publishers.ses.errors import answer_was_lost
+from outbox_relay.recording import to_outcome
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 KEY = "a" * 32
@@ -56,13 +57,13 @@ POLICY = RelayPolicy(batch_size=10, lease_seconds=120, backoff=Backoff(base=1, c
 
 def test_an_ambiguous_result_waits_the_window_with_its_attempt_kept_even_on_its_last_attempt():
     outcome = to_outcome(DeliveryResult(1, error_class=ErrorClass.AMBIGUOUS, error="lost",
-                                        retry_after_seconds=600.0), MESSAGE, POLICY)
+                                        retry_after_seconds=600.0), MESSAGE, POLICY.backoff, POLICY.throttle_delay_seconds)
     assert (outcome.kind, outcome.error_class, outcome.delay_seconds) == (OutcomeKind.SETTLE, ErrorClass.AMBIGUOUS,
                                                                           600.0)
 
 
 def test_a_suppressed_result_is_a_dead_letter_now():
-    outcome = to_outcome(DeliveryResult(1, error_class=ErrorClass.SUPPRESSED, error="to[0]"), MESSAGE, POLICY)
+    outcome = to_outcome(DeliveryResult(1, error_class=ErrorClass.SUPPRESSED, error="to[0]"), MESSAGE, POLICY.backoff, POLICY.throttle_delay_seconds)
     assert (outcome.kind, outcome.error_class) == (OutcomeKind.DEAD, ErrorClass.SUPPRESSED)
 
 

@@ -25,7 +25,7 @@ from ..models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..observability import logger as log
 from .aws_entries import Entry
 from .aws_errors import ErrorCodes, Verdict, classify_code
-from .base import BasePublisher, Deadline, RecordResults
+from .base import Deadline, Publisher, RecordResults
 
 #: Completed calls' results wait at most this long before their outcome statement, seconds.
 RECORD_INTERVAL_SECONDS = 1.0
@@ -41,7 +41,7 @@ class CallResult:
     unavailable: str | None = None
 
 
-class AwsBatchPublisher(BasePublisher):
+class AwsBatchPublisher(Publisher):
     """The batch calls, the per-key rounds and the classification the AWS batch
     channels share; see the module docstring."""
 

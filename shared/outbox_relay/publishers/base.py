@@ -21,7 +21,7 @@ Must:
   most once). The message id (`ClaimedMessage.message_id`) travels with the
   message as the consumer's dedupe key.
 
-May (the defaults, in `BasePublisher`, apply to a publisher that leaves them out):
+May (the defaults, in `Publisher`, apply to a publisher that leaves them out):
 - `pipelined` (default False): True lets the relay claim the next batch while
   this one is delivered (drain and latency modes). A publisher paced by a rate
   gains nothing by it.
@@ -30,8 +30,10 @@ May (the defaults, in `BasePublisher`, apply to a publisher that leaves them out
 - `counters` (default: none): this invocation's own counts, by metric name
   (each name declared in `observability.METRIC_UNITS` and the channel's spec),
   emitted as metrics and listed under `downstream` in the summary.
+- `rate_shared` (default False) and `share_rate(share)`: a publisher paced by
+  one rate for the whole channel (SES) takes its part of it from the handover.
 
-Outcome classes, and how each is reported (`relay.to_outcome` turns them into
+Outcome classes, and how each is reported (`recording.to_outcome` turns them into
 what is written):
 - delivered: `DeliveryResult.delivered(seq, ref)`; `ref` says where it landed.
 - transient (network, 5xx, timeouts): a result with `ErrorClass.TRANSIENT`;
@@ -57,9 +59,10 @@ margin, so its result can still be recorded before the Lambda deadline.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import Callable, ClassVar, Mapping, Sequence
 
 from ..models import Channel, ClaimedMessage, DeliveryResult
 
@@ -87,54 +90,35 @@ class Deadline:
         return self.seconds_left() <= 0
 
 
-class Publisher(Protocol):
-    """A channel's delivery side; the contract is the module's docstring."""
+class Publisher(ABC):
+    """A channel's delivery side; the contract is the module's docstring. A
+    publisher that leaves out a required member cannot be built."""
 
-    channel: Channel
-    pipelined: bool
+    channel: ClassVar[Channel]
+    #: The relay may claim the next batch while this one is delivered.
+    pipelined: ClassVar[bool] = False
+    #: Its rate is one for the whole channel, shared by the pollers of a handover (`share_rate`).
+    rate_shared: ClassVar[bool] = False
 
     @property
     def counters(self) -> Mapping[str, int]:
-        """This invocation's own counts, by metric name."""
+        """This invocation's own counts, by metric name (none by default)."""
+        return _NO_COUNTERS
 
     def begin(self, deadline: Deadline) -> None:
         """A new invocation starts (per-invocation state: rate limits, cached gates, counters)."""
 
+    def share_rate(self, share: Callable[[], float]) -> None:
+        """With `rate_shared`: `share()` is this poller's part of the channel's rate (0..1)."""
+
+    @abstractmethod
     def gate(self) -> str | None:
         """None when the downstream can take messages, else a short reason; nothing is claimed then."""
 
+    @abstractmethod
     def claim_limit(self, batch_size: int, seconds_available: float) -> int:
         """How many messages to claim, given the batch size and the seconds left before the deadline."""
 
+    @abstractmethod
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
         """Deliver `messages`, calling `record` with results as they complete."""
-
-
-class BasePublisher:
-    """The optional members' defaults; the channels' publishers derive from it."""
-
-    channel: ClassVar[Channel]
-    pipelined: ClassVar[bool] = False
-    counters: Mapping[str, int] = _NO_COUNTERS
-
-    def begin(self, deadline: Deadline) -> None:
-        """Nothing is kept per invocation."""
-
-
-# A publisher written against the four required members only (a test double)
-# gets the defaults above: the relay reads the optional members through these.
-def pipelines(publisher: Publisher) -> bool:
-    """The publisher's `pipelined`, False when it declares none."""
-    return bool(getattr(publisher, "pipelined", BasePublisher.pipelined))
-
-
-def begin(publisher: Publisher, deadline: Deadline) -> None:
-    """Call the publisher's `begin`, when it declares one."""
-    start = getattr(publisher, "begin", None)
-    if start is not None:
-        start(deadline)
-
-
-def counters(publisher: Publisher) -> Mapping[str, int]:
-    """The publisher's `counters`, none when it declares none."""
-    return getattr(publisher, "counters", None) or _NO_COUNTERS

@@ -221,7 +221,7 @@ RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempt
                               UNION ALL SELECT seq FROM landed))
 )
 -- First column: the generated values joined by spaces (none can hold one),
--- split by models.ClaimedMessage.from_row; the body by primary key.
+-- split by store._message; the body by primary key.
 SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id, c.created_at),
        c.destination, c.type, c.key, b.payload::text, b.headers::text,
        s.scanned, s.suspect, s.due, s.cut, s.requeued, s.locked

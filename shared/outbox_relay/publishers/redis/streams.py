@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -33,7 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ...errors import DownstreamUnavailable
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
 from ...tracing import TRACEPARENT, context_of
-from ..base import BasePublisher, Deadline, RecordResults
+from ..base import Deadline, Publisher, RecordResults
 from .metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
@@ -47,7 +47,7 @@ STREAM_AT_BOUND = ("redis: not attempted: the stream is at OUTBOX_REDIS_MAXLEN a
 #: The publisher's own counts (`counters`), emitted as metrics at the end of an invocation.
 COUNTER_NAMES = (NOT_REPLICATED, MEMORY_FULL, STREAM_FULL, TRIMMED_UNACKNOWLEDGED)
 
-class RedisStreamsPublisher(BasePublisher):
+class RedisStreamsPublisher(Publisher):
     """Publishes claimed domain events to Redis Streams.
 
     Args:
@@ -95,11 +95,15 @@ class RedisStreamsPublisher(BasePublisher):
         #: When Redis last answered OOM (this container's clock), until the gate saw it recover.
         self.oom_at: float | None = None
         #: This invocation's counts, by metric name (`metrics.METRICS`).
-        self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
+        self._counts: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
+
+    @property
+    def counters(self) -> Mapping[str, int]:
+        return self._counts
 
     def begin(self, deadline: Deadline) -> None:
         """A new invocation: its counters start at zero (the last OOM is remembered)."""
-        self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self._counts = dict.fromkeys(COUNTER_NAMES, 0)
 
     def gate(self) -> str | None:
         """Whether Redis can take a batch: it answers, its memory is below the high mark
@@ -159,13 +163,13 @@ class RedisStreamsPublisher(BasePublisher):
         # An allkeys-* policy evicts to make room, so being near the limit is its normal state.
         known = limit > 0 and not policy.startswith("allkeys")
         if known and used >= self.memory_high * limit:
-            self.counters[MEMORY_FULL] += 1
+            self._counts[MEMORY_FULL] += 1
             return f"redis memory at {100 * used // limit}% of maxmemory ({policy})"
         if self.oom_at is not None:
             if known or self.clock() - self.oom_at >= self.oom_backoff_seconds:
                 self.oom_at = None
             else:
-                self.counters[MEMORY_FULL] += 1
+                self._counts[MEMORY_FULL] += 1
                 return "redis answered OOM to the last batch"
         return None
 
@@ -221,7 +225,7 @@ class RedisStreamsPublisher(BasePublisher):
             results.extend(got)
         record(results)
         if not_replicated:
-            self.counters[NOT_REPLICATED] += not_replicated
+            self._counts[NOT_REPLICATED] += not_replicated
             raise DownstreamUnavailable(f"redis: fewer than {self.wait_replicas} replicas acknowledged "
                                         f"{not_replicated} messages within {self.wait_timeout_ms} ms")
 
@@ -349,7 +353,7 @@ class RedisStreamsPublisher(BasePublisher):
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
         lines = text.split("\n")
         if len(lines) == len(batch) + 1 and lines[-1].startswith("^"):
-            self.counters[TRIMMED_UNACKNOWLEDGED] += int(lines.pop()[1:])
+            self._counts[TRIMMED_UNACKNOWLEDGED] += int(lines.pop()[1:])
         if len(lines) != len(batch):  # cannot happen with this script; never guess which is which
             return all_failed(batch, ErrorClass.TRANSIENT,
                                f"redis: script replied {len(lines)} results for {len(batch)} messages")
@@ -359,7 +363,7 @@ class RedisStreamsPublisher(BasePublisher):
             if value == "~":
                 out.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=KEY_STOPPED))
             elif value == "#":
-                self.counters[STREAM_FULL] += 1
+                self._counts[STREAM_FULL] += 1
                 out.append(DeliveryResult(m.seq, error_class=ErrorClass.THROTTLED, error=STREAM_AT_BOUND))
             elif value.startswith("!"):
                 text = value[1:]

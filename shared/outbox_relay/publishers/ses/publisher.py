@@ -31,7 +31,7 @@ from ...errors import ConfigurationError, InvalidMessageError
 from ...feedback.hashing import normalise
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
-from ..base import BasePublisher, Deadline, RecordResults
+from ..base import Deadline, Publisher, RecordResults
 from .client import create_ses_client, ses_timeouts, supports_simple_headers
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
@@ -44,7 +44,7 @@ GATE_INTERVAL_SECONDS = 10.0
 _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-class SesPublisher(BasePublisher):
+class SesPublisher(Publisher):
     """Sends claimed emails through SES v2 ``SendEmail``.
 
     Args:
@@ -66,6 +66,7 @@ class SesPublisher(BasePublisher):
 
     channel = Channel.SES
     pipelined = False
+    rate_shared = True
 
     def __init__(self, client: Any, *, default_sender: str | None = None,
                  default_configuration_set: str | None = None, max_concurrency: int = 8,
