@@ -3,7 +3,7 @@ database and prefix, with its output silenced and its wire traffic counted.
 
 Every invocation goes through the whole Lambda path: the Powertools decorators
 (logger context, EMF metrics flush, tracer), `run_relay` (event parsing,
-timeout check, lease token, `run_invocation`, the oldest pending age (read by the
+timeout check, lease token, `RelayLoop.run`, the oldest pending age (read by the
 outcome write, or by its own query when nothing was recorded),
 metrics and the summary log line) and the cached per-container dependencies
 of `runtime` (the autocommit engine of `db.create_relay_engine`, the

@@ -32,8 +32,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import DownstreamUnavailable
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
-from ...tracing import TRACEPARENT, context_of
 from ..base import Deadline, Publisher, RecordResults
+from .entries import cloudevent_fields, plain_fields
 from .metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
@@ -46,6 +46,7 @@ STREAM_AT_BOUND = ("redis: not attempted: the stream is at OUTBOX_REDIS_MAXLEN a
 
 #: The publisher's own counts (`counters`), emitted as metrics at the end of an invocation.
 COUNTER_NAMES = (NOT_REPLICATED, MEMORY_FULL, STREAM_FULL, TRIMMED_UNACKNOWLEDGED)
+
 
 class RedisStreamsPublisher(Publisher):
     """Publishes claimed domain events to Redis Streams.
@@ -376,53 +377,6 @@ class RedisStreamsPublisher(Publisher):
     def _note_error(self, text: str) -> None:
         if text.lstrip().upper().startswith("OOM"):
             self.oom_at = self.clock()
-
-
-def _trace_fields(parts: list[str], headers_json: str) -> None:
-    """Append the stored trace context as `traceparent` (and `tracestate`) fields."""
-    if TRACEPARENT in headers_json:
-        traceparent, state = context_of(headers_json)
-        if traceparent is not None:
-            parts += ("traceparent", traceparent)
-            if state is not None:
-                parts += ("tracestate", state)
-
-
-def plain_fields(m: ClaimedMessage) -> str:
-    """The script's argument for `m` in the `fields` layout: its ordering key, then the
-    entry's names and values, joined by NUL (see `PUBLISH_SCRIPT`)."""
-    key = m.key
-    parts = [key or "", "id", m.message_id, "type", m.type]
-    if key is not None:
-        parts += ("key", key)
-    parts += ("payload", m.payload_json, "created_at", m.created_at)
-    headers = m.headers_json
-    if headers:
-        parts += ("headers", headers)
-        _trace_fields(parts, headers)
-    return "\0".join(parts)
-
-
-def cloudevent_fields(source: str) -> Callable[[ClaimedMessage], str]:
-    """The script's argument for a message in the `cloudevents` layout: the CloudEvents
-    1.0 attributes as fields (structured mode's attributes, the payload's JSON text as
-    `data`), the ordering key as `subject`, the trace context as the distributed tracing
-    extension (`traceparent`, `tracestate`), and the producer's headers, when any, as
-    the extension `outboxheaders` (JSON text)."""
-    def fields(m: ClaimedMessage) -> str:
-        key = m.key
-        parts = [key or "", "specversion", "1.0", "id", m.message_id, "source", source, "type", m.type,
-                 "time", m.created_at, "datacontenttype", "application/json"]
-        if key is not None:
-            parts += ("subject", key)
-        parts += ("data", m.payload_json)
-        headers = m.headers_json
-        if headers:
-            _trace_fields(parts, headers)
-            parts += ("outboxheaders", headers)
-        return "\0".join(parts)
-
-    return fields
 
 
 def _is_cluster(client: Any) -> bool:
