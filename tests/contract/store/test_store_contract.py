@@ -59,9 +59,11 @@ def test_a_second_expiry_is_claimed_alone_as_a_suspect(harness) -> None:
     assert seqs(requeue) == [b, c] and requeue.requeued == 1  # due rows as the statement began
     assert harness.row(a)[2:] == ("lease_expired", True)
     assert seqs(store.claim("two", 10, LEASE)) == [a]
+    (d,) = harness.add(1)  # due, and left for the next claim
     harness.advance(LEASE + 1)
     suspect = store.claim("three", 10, LEASE)
     assert suspect.suspect and seqs(suspect) == [a] and suspect.messages[0].attempts == 3
+    assert harness.row(d)[:2] == ("pending", 0)
     assert suspect.requeued == 2  # the others expired for the first time
 
 
