@@ -19,11 +19,11 @@ from typing import Any, Callable
 import pytest
 from sqlalchemy import text
 
+from outbox_relay.loop import RelayLoop
 from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 from outbox_relay.operations.dead import get_message, history_of
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.client import create_ses_client
-from outbox_relay.loop import RelayLoop
 from support.feedback import event_for
 from support.forward import LosingForwarder
 from support.ses import make_publisher
@@ -135,7 +135,7 @@ def test_an_event_after_the_ambiguous_send_was_recorded_settles_it(
 
 def die_after_sending(ses_store, moto_ses, rows) -> None:
     """A relay claims the email, SES accepts its send, and the relay dies before its outcome write."""
-    claim = ses_store.claim("dead-relay", 10, 30)
+    claim = ses_store.claim("dead-relay", 10, 30).messages
     client = create_ses_client(max_concurrency=2, read_timeout_seconds=30.0)
     publisher = make_publisher(client, settle_seconds=SETTLE_SECONDS)
     publisher.begin(PLENTY)
@@ -186,7 +186,7 @@ def test_an_event_after_the_claim_dealt_with_the_expired_lease_settles_it(
     [message_id] = enqueue_mail(1, to=[TO], max_attempts=max_attempts)
     die_after_sending(ses_store, at_moto, rows)
     expire_leases()
-    assert not [m for m in ses_store.claim("next-relay", 10, 30) if m.status.value == "leased"]
+    assert not [m for m in ses_store.claim("next-relay", 10, 30).messages if m.status.value == "leased"]
     assert [r["status"] for r in rows()] == [after_claim]
 
     # When its Send event arrives
@@ -214,7 +214,7 @@ def test_an_event_and_the_lost_answers_outcome_written_at_the_same_moment_settle
     # Given a leased email, and a transaction holding its row, so that the relay's outcome
     # write (the answer was lost) and the event's statement both wait for it, in a known order
     [message_id] = enqueue_mail(1, to=[TO])
-    [claimed] = ses_store.claim("relay", 10, 30)
+    [claimed] = ses_store.claim("relay", 10, 30).messages
     ses_id = f"0100{uuid.uuid4().hex}-000000"
     outcome = Outcome(claimed.seq, OutcomeKind.SETTLE, ErrorClass.AMBIGUOUS, "read timeout", None, SETTLE_SECONDS)
     writers = {"outcome": lambda: ses_store.record("relay", [outcome]),
