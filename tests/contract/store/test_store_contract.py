@@ -160,6 +160,7 @@ def test_a_dead_letter_holds_its_key_under_block_until_redriven(harness) -> None
     harness.advance(DEAD_HOLD_SECONDS + 1)
     assert store.claim("one", 10, LEASE).messages == ()  # still dead: moved again
     harness.redrive(k1)
+    assert harness.row(k1)[:2] == ("pending", 0)  # fresh attempts
     harness.advance(DEAD_HOLD_SECONDS + 1)
     assert seqs(store.claim("one", 10, LEASE)) == [k1, k2]
 
