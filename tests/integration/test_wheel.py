@@ -34,7 +34,8 @@ def test_the_wheel_carries_the_sql_and_the_migrations(wheel):
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"outbox_relay/sql/relay.sql", "outbox_relay/sql/producer.sql", "outbox_relay/sql/operations.sql",
-            "outbox_migrations/env.py", "outbox_migrations/script.py.mako"} <= names
+            "outbox_migrations/env.py", "outbox_migrations/script.py.mako",
+            "outbox_migrations/versions/0011_tables.json.gz"} <= names
     assert {n for n in names if n.startswith("outbox_migrations/versions/") and n.endswith(".py")}
 
 

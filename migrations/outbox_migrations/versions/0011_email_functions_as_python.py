@@ -20,25 +20,26 @@ that take what Python takes and write the same row:
   the table outbox_idna_codepoint, filled here from those libraries and
   unicodedata.
 
-The MIME size is refused by 0009's bound, which the Python API now applies too
-(outbox_relay.email.mime.mime_bound).
+The MIME size is refused by 0009's bound.
 
-tests/integration/test_sql_functions.py holds both to that with hypothesis.
+Frozen: the constants it writes into the functions are below as they were, and
+the tables it fills (content types, IDNA code points, computed then from
+`idna`, `email-validator` and `unicodedata`) are `0011_tables.json.gz` beside
+it, so it makes the same schema whatever library is installed. Migration 0012
+cuts the function back to a documented subset and drops what this one added
+(docs/decisions/0054).
 
 Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-02
 """
+import gzip
 import json
 import re
 from importlib import import_module
+from pathlib import Path
 
 from alembic import op
-
-from outbox_migrations.idna_table import codepoint_rows
-from outbox_relay.email.addresses import ADDR_SPEC_PATTERN, MAILBOX_PATTERN, NOT_IN_GRAMMAR
-from outbox_relay.email.content_types import CONTENT_TYPES, DEFAULT_CONTENT_TYPE
-from outbox_relay.email.headers import DATE_PATTERN, EMPTY_GROUP_PATTERN
 
 revision = "0011"
 down_revision = "0010"
@@ -46,6 +47,22 @@ branch_labels = None
 depends_on = None
 
 _0009 = import_module("outbox_migrations.versions.0009_enqueue_functions")
+
+ADDR_SPEC_PATTERN = r'(?!=\?)[^ \t()<>@,:;\\"\[\]]+@(?!=\?)[^ \t()<>@,:;\\"\[\]]+'
+PHRASE_PATTERN = r'(?:"(?:[^"\\]|\\.)*"|=\?[^? \t]*\?[bBqQ]\?[^? \t]*\?=|[^ \t()<>@,:;.\\"\[\]]|[ \t])+'
+MAILBOX_PATTERN = rf"^(?:{ADDR_SPEC_PATTERN}|(?:{PHRASE_PATTERN})?<{ADDR_SPEC_PATTERN}>)$"
+NOT_IN_GRAMMAR = ('is not a well-formed address in a form taken here: address, <address>, Display Name <address> '
+                  'or "Quoted Name" <address> (no comments, no encoded word in the address)')
+DATE_PATTERN = (r"^(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), +)?[0-9]{1,2} +(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
+                r"|Nov|Dec) +(?:19|[2-9][0-9])[0-9]{2} +[0-9]{2}:[0-9]{2}(?::[0-9]{2})? +[+-][0-9]{4}$")
+EMPTY_GROUP_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?: [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*:;$"
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+def tables() -> dict:
+    """The content-type table and the IDNA code point rows, as this migration first wrote them."""
+    with gzip.open(Path(__file__).with_name("0011_tables.json.gz"), "rt", encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _literal(value: str) -> str:
@@ -955,8 +972,7 @@ END $f$;
 """
 
 
-#: The IDNA data of each code point (outbox_migrations.idna_table), filled in
-#: from the libraries the Python API runs, so both read one source.
+#: The IDNA data of each code point, one row per range of code points alike.
 TABLE = """
 CREATE TABLE outbox_idna_codepoint (
     lo integer PRIMARY KEY,  -- the first code point of the range; the range ends where the next row starts
@@ -979,7 +995,7 @@ REPLACED = ["outbox_enqueue_email_v1", "outbox__address_v1"]
 
 def sql_text() -> str:
     """Every statement of the upgrade, the character classes and the table filled in."""
-    table = _literal(json.dumps(CONTENT_TYPES, sort_keys=True)) + "::jsonb"
+    table = _literal(json.dumps(tables()["content_types"], sort_keys=True)) + "::jsonb"
     return ((HELPERS + IDNA + EMAIL).replace("PYNOSPACE", _0009._PY_SPACE.replace("[", "[^", 1))
             .replace("PYSPACE", _0009._PY_SPACE).replace("'DATE_PATTERN'", _literal(DATE_PATTERN))
             .replace("'EMPTY_GROUP_PATTERN'", _literal(EMPTY_GROUP_PATTERN))
@@ -996,9 +1012,10 @@ def statements() -> list[str]:
 def upgrade() -> None:
     # As 0009: to the driver as written (colons and percent signs in the bodies).
     bind = op.get_bind()
+    rows = json.dumps(tables()["idna_codepoints"], ensure_ascii=False, separators=(",", ":"))
     bind.exec_driver_sql(TABLE)
     bind.exec_driver_sql("INSERT INTO outbox_idna_codepoint SELECT * FROM json_populate_recordset("
-                         "NULL::outbox_idna_codepoint, " + _literal(codepoint_rows()) + ")")
+                         "NULL::outbox_idna_codepoint, " + _literal(rows) + ")")
     for statement in statements():
         bind.exec_driver_sql(statement)
 
