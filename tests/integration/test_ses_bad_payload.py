@@ -3,6 +3,7 @@ dead-lettered naming the field, and the good emails around it are sent exactly o
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -48,6 +49,31 @@ def test_a_bad_stored_email_is_dead_lettered_and_the_good_ones_sent_once(ses, se
     bad = rows()[3]
     assert bad["last_error"].startswith("ses: headers: ")
     assert "a@" not in bad["last_error"] and "p@example.com" not in bad["last_error"]
+
+
+def test_a_stored_email_over_the_ses_size_is_dead_lettered_at_send_naming_the_field(ses, ses_store, enqueue_mail,
+                                                                                  policy, plenty, rows, app_engine):
+    # Given a good email, then one written by hand whose attachment (30,000,000 zero bytes, made in
+    # PostgreSQL) is more than 40,000,000 bytes once the MIME message base64-encodes it
+    enqueue_mail(1)
+    with app_engine.begin() as conn:
+        conn.execute(insert_rows("""SELECT gen_random_uuid() AS message_id, 'ses' AS channel, 'ses' AS destination,
+            'email' AS type, json_build_object('to', json_build_array('big@example.com'), 'subject', 's',
+            'text', 't', 'attachments', json_build_array(json_build_object('filename', 'big.bin',
+            'content_type', 'application/octet-stream', 'content_base64', repeat('A', 40000000)))) AS payload""",
+                                 ["channel", "destination", "type"]))
+
+    # When the SES relay runs
+    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+
+    # Then the good one is sent, and the big one is dead at once, measured on the real message,
+    # its error naming the field and the size, never sent to SES
+    assert (summary.delivered, summary.dead, summary.stopped) == (1, 1, None)
+    assert _recipients() == ["user0@example.com"]
+    big = rows()[1]
+    assert (big["status"], big["attempts"], big["last_error_class"]) == ("dead", 1, "permanent")
+    size = int(re.search(r"the message is (\d+) bytes as MIME", big["last_error"]).group(1))
+    assert big["last_error"].startswith("ses: attachments: ") and size > 40_000_000
 
 
 def test_an_unexpected_error_preparing_one_email_retries_it_and_sends_the_rest(ses, ses_store, enqueue_mail,

@@ -5,7 +5,6 @@ standard library's `email` package, for emails SES must receive as raw content
 from __future__ import annotations
 
 import contextlib
-import json
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Iterator
@@ -87,43 +86,15 @@ def field_errors(field: str, what: str = "cannot be written as MIME") -> Iterato
         raise InvalidMessageError(field, f"{what} ({type(exc).__name__})") from None
 
 
-def mime_bound(payload: dict) -> int:
-    """An upper bound of the bytes of the MIME message of `payload` (the stored JSON,
-    parsed), the same expression as the SQL email function's `outbox__mime_bound_v1`,
-    so that both refuse the same messages: bodies and attachments base64 with a CRLF
-    per 76 characters, header text at three bytes a byte (encoded words), file
-    names at two (RFC 2231), and room for the fixed parts. Never below the real size.
-
-    Values that are not strings count as PostgreSQL prints jsonb (``["a", "b"]``)."""
-
-    def text(v: object) -> str:
-        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
-
-    def octets(v: object) -> int:
-        return len(text(v).encode("utf-8", "surrogatepass"))
-
-    attachments = payload.get("attachments") or []
-    bodies = [octets(payload[k]) for k in ("html", "text") if payload.get(k) is not None]
-    for a in attachments:
-        b64 = a["content_base64"]
-        bodies.append(len(b64) // 4 * 3 - len(b64) + len(b64.rstrip("=")))
-    headers = sum(octets(payload.get(k) or "") for k in ("from", "subject", "to", "cc", "reply_to"))
-    headers += sum(octets(k) + octets(v) + 4 for k, v in (payload.get("headers") or {}).items())
-    # An attachment without a stored type is NULL in SQL's sum, so it is left out here too.
-    headers += sum(2 * octets(a["filename"]) + octets(a["content_type"]) for a in attachments
-                   if a.get("content_type") is not None)
-    # Integer arithmetic as PostgreSQL's: (n + 2) / 3 rounds down.
-    return 4096 + 3 * headers + sum(400 + 4 * ((n + 2) // 3) + 2 * ((4 * ((n + 2) // 3) + 75) // 76)
-                                    for n in bodies)
-
-
 def check_size(m: EmailPayload) -> None:
-    """Refuse an email whose MIME message may exceed `MAX_MESSAGE_BYTES`, by
-    `mime_bound` (the rule the SQL email function applies too; the relay still
-    checks the real size when it sends). `InvalidMessageError` names the field
-    that made it too large."""
-    bound = mime_bound(json.loads(m.to_json()))
-    if bound > MAX_MESSAGE_BYTES:
-        field = "attachments" if m.attachments else "html/text"
-        raise InvalidMessageError(field, f"the message is up to {bound} bytes as MIME; SES v2 accepts at most "
-                                         f"{MAX_MESSAGE_BYTES} bytes including attachments")
+    """Refuse an email whose MIME message, attachments base64-encoded, exceeds
+    `MAX_MESSAGE_BYTES`; `InvalidMessageError` names the field that made it too large."""
+    size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
+    if size > MAX_MESSAGE_BYTES:
+        raise InvalidMessageError(size_field(m), f"the message is {size} bytes as MIME; SES v2 accepts at most "
+                                                 f"{MAX_MESSAGE_BYTES} bytes including attachments")
+
+
+def size_field(m: EmailPayload) -> str:
+    """The field that makes a message too large: its attachments, else its bodies."""
+    return "attachments" if m.attachments else "html/text"

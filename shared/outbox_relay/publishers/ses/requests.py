@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...email.addresses import address_of, encode_address, encode_header_value
-from ...email.mime import MAX_MESSAGE_BYTES, build_mime, field_errors
+from ...email.mime import MAX_MESSAGE_BYTES, build_mime, field_errors, size_field
 from ...email.payload import MAX_CUSTOM_HEADERS, OUTBOX_TAG, EmailPayload, load_payload
 from ...errors import InvalidMessageError
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
@@ -78,9 +78,8 @@ def _prepare(m: ClaimedMessage, payload: EmailPayload, default_sender: str | Non
     if payload.attachments or (payload.headers and not simple_headers):
         raw = build_mime(payload, sender=sender)
         if len(raw) > MAX_MESSAGE_BYTES:
-            return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
-                                  error=f"ses: the message is {len(raw)} bytes as MIME; SES v2 accepts at "
-                                        f"most {MAX_MESSAGE_BYTES}")
+            raise InvalidMessageError(size_field(payload), f"the message is {len(raw)} bytes as MIME; SES v2 "
+                                                           f"accepts at most {MAX_MESSAGE_BYTES}")
         request["Content"] = {"Raw": {"Data": raw}}
     else:
         with _content_field("headers"):
