@@ -106,8 +106,9 @@ BEGIN
     RETURN display || ' <' || addr || '>';
 END $f$
 """
-# A word of a display name: anything but whitespace and RFC 5322's specials.
-_ATOM = r'[^ \t()<>@,:;.\\"\[\]]'
+# A word of a display name: anything but RFC 5322's specials and what str.isspace() takes
+# (the email package's parser drops such characters after a space).
+_ATOM = r'[^()<>@,:;.\\"\[\]' + _0009._PY_SPACE[1:]
 # A dot-atom local part of ASCII letters, digits and RFC 5322's atext symbols.
 _LOCAL = r"[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+)*"
 
