@@ -19,8 +19,7 @@ from email_validator import EmailNotValidError, validate_email
 CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-# The one grammar of a mailbox both APIs take (docs/decisions/0052), written for
-# Python's re and PostgreSQL's regular expressions alike: an address, or a
+# The one grammar of a mailbox the API takes (docs/decisions/0052): an address, or a
 # display name of words (atoms, quoted strings, encoded words) and an address
 # in angle brackets. No comments, no obsolete forms, no encoded word in the address.
 ADDR_SPEC_PATTERN = r'(?!=\?)[^ \t()<>@,:;\\"\[\]]+@(?!=\?)[^ \t()<>@,:;\\"\[\]]+'
@@ -74,7 +73,7 @@ def parse_address(value: str) -> str:
     return str(Address(display_name=mailbox.display_name, addr_spec=ascii_address))
 
 
-#: The charsets an encoded word (RFC 2047) may name: the ones the SQL function decodes too.
+#: The charsets an encoded word (RFC 2047) may name.
 ENCODED_WORD_CHARSETS = frozenset({"utf-8", "us-ascii"})
 
 

@@ -1,6 +1,5 @@
 """An attachment's content type guessed from its file name, by the table in
-content_types.txt, which migration 0011 also reads for the SQL function: the
-same guess on every machine and in both APIs (docs/decisions/0052)."""
+content_types.txt: the same guess on every machine (docs/decisions/0052)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,10 @@ package, SMTP policy), so a header value is refused at enqueue if it could not b
 
 Beyond what the package parses without a defect (in an unstructured header
 too, where the package keeps a malformed encoded word's defects to the parse),
-three narrowings keep one grammar that the SQL function (migration 0011) follows exactly
-(docs/decisions/0052): encoded words only in UTF-8 or US-ASCII, dates only in
-RFC 5322's own form, and the Resent-* address headers only as lists of the
-mailboxes the recipient fields take (or, for Resent-To, -Cc and -Bcc, an empty
-group such as ``undisclosed-recipients:;``)."""
+three narrowings keep one grammar (docs/decisions/0052): encoded words only in
+UTF-8 or US-ASCII, dates only in RFC 5322's own form, and the Resent-* address
+headers only as lists of the mailboxes the recipient fields take (or, for
+Resent-To, -Cc and -Bcc, an empty group such as ``undisclosed-recipients:;``)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from .addresses import encoded_word_problem, parse_address
 MIME_POLICY = email_policy.SMTP
 
 #: RFC 5322 date-time without its obsolete forms (named zones, two-digit years)
-#: or comments. Written for both Python's re and PostgreSQL's regular expressions.
+#: or comments.
 DATE_PATTERN = (r"^(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), +)?[0-9]{1,2} +(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
                 r"|Nov|Dec) +(?:19|[2-9][0-9])[0-9]{2} +[0-9]{2}:[0-9]{2}(?::[0-9]{2})? +[+-][0-9]{4}$")
 DATE_HEADERS = frozenset({"resent-date", "orig-date"})
