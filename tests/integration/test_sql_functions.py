@@ -357,6 +357,7 @@ def test_the_address_forms_the_function_takes(conn, value, canonical):
 @pytest.mark.parametrize("value, words", [
     ("a" * 65 + "@example.com", "too long before the @-sign"), ("a@localhost", "period"), ("a@b.test", "special-use"),
     ("a@example.123", "top-level domain"), ("a@ab--c.com", "two dashes"), ("a@example.com (Ann)", "takes more forms"),
+    ("a@" + "x" * 64 + ".com", "longer than 63"),
 ])
 def test_an_address_python_refuses_the_function_refuses(conn, value, words):
     py, sq = address_outcomes(conn, value)

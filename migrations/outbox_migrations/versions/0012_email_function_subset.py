@@ -44,7 +44,6 @@ DECLARE
     display text;
     addr text;
     domain text;
-    label text;
 BEGIN
     IF value IS NULL THEN PERFORM outbox__refuse_v1(field, 'must be a string'); END IF;
     IF value ~ 'CONTROL' THEN
@@ -77,19 +76,17 @@ BEGIN
         PERFORM outbox__refuse_v1(field, 'is not a valid address (the part after the @-sign is not a domain name '
                                          'with a period)');
     END IF;
-    FOREACH label IN ARRAY string_to_array(domain, '.') LOOP
-        IF length(label) > 63 THEN
-            PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
-        END IF;
-        IF label LIKE 'xn--%' THEN
-            PERFORM outbox__refuse_v1(field, 'has a Punycode domain label, which this SQL function does not check: '
-                                             'use the Python API (enqueue_email)');
-        END IF;
-        IF substr(label, 3, 2) = '--' THEN
-            PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes '
-                                             'start a domain label, except Punycode)');
-        END IF;
-    END LOOP;
+    IF domain ~ '(^|\.)[^.]{64}' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (a domain label is longer than 63)');
+    END IF;
+    IF domain ~ '(^|\.)xn--' THEN
+        PERFORM outbox__refuse_v1(field, 'has a Punycode domain label, which this SQL function does not check: '
+                                         'use the Python API (enqueue_email)');
+    END IF;
+    IF domain ~ '(^|\.)..--' THEN
+        PERFORM outbox__refuse_v1(field, 'is not a valid address (two letters followed by two dashes '
+                                         'start a domain label, except Punycode)');
+    END IF;
     IF domain !~ '[a-z]$' THEN
         PERFORM outbox__refuse_v1(field, 'is not a valid address (not within a valid top-level domain)');
     END IF;
