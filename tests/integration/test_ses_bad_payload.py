@@ -64,7 +64,7 @@ def test_a_stored_email_over_the_ses_size_is_dead_lettered_at_send_naming_the_fi
                                  ["channel", "destination", "type"]))
 
     # When the SES relay runs
-    summary = run_batch(ses_store, make_publisher(ses), policy, plenty, "owner-1")
+    summary = RelayLoop(ses_store, make_publisher(ses), policy, plenty, "owner-1").run()
 
     # Then the good one is sent, and the big one is dead at once, measured on the real message,
     # its error naming the field and the size, never sent to SES

@@ -1,4 +1,4 @@
-"""The relay loop's branches (`relay.run_batch`), on fakes of the store and the
+"""The relay loop's branches (`loop.RelayLoop`), on fakes of the store and the
 publisher: no sockets, every branch of docs/design.md's lifecycle."""
 
 from __future__ import annotations
