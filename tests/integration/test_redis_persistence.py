@@ -1,7 +1,7 @@
 """What the delivery guarantee depends on downstream: once `XADD` has answered, a
 message is recorded as delivered and never published again, so a stream entry
-survives a Redis restart only if Redis persisted it (the README's Guarantees
-paragraph; docs/channels.md, "Durability of the entries").
+survives a Redis restart only if Redis persisted it (docs/design.md, "Guarantees";
+docs/channels.md, "Durability of the entries").
 
 Each test starts a Redis server of its own on a free loopback port (never the
 shared one), kills it with SIGKILL after the relay delivered, starts it again on
