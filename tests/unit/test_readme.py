@@ -139,3 +139,86 @@ def test_the_readme_wheel_build_leaves_nothing_untracked():
     assert built, "the README says where the wheel is written"
     for path in ("build/lib/outbox_relay/__init__.py", built[1].replace("<version>", "0.1.0")):
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path
+
+
+# The README says what the project is and lets a newcomer run it at once; the design page
+# stays one a maintainer reads whole, reference material living in the page of its topic.
+QUICK_START_WITHIN = 40
+MAX_DESIGN_LINES = 600
+
+
+def test_the_readme_quick_start_comes_first():
+    headings = [n for n, line in enumerate(README.splitlines(), 1) if line == "## Quick start"]
+    assert headings and headings[0] <= QUICK_START_WITHIN, headings
+
+
+def test_the_design_page_stays_short():
+    lines = len((ROOT / "docs" / "design.md").read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_DESIGN_LINES, f"docs/design.md has {lines} lines; reference material belongs in the topic's page"
+
+
+DECISIONS = ROOT / "docs" / "decisions"
+_RECORD_FILE = re.compile(r"^(\d{4})-[a-z0-9-]+\.md$")
+_INDEX_ROW = re.compile(r"^\| \[(\d{4})\]\(([^)]+)\) \| (.+) \|$", re.M)
+# The line that ends a record another one changed, and the line that opens the one that changed it.
+_CHANGED_BY = re.compile(r"^(?:Superseded(?: in part)? by|Amended by) \[(\d{4})\]", re.M)
+_AMENDED_WITHOUT_RECORD = re.compile(r"^Amended\b(?! by)", re.M)
+_CHANGES = re.compile(r"^(?:Supersedes|Amends)\b.*?(?:\n\n|\Z)", re.M | re.S)
+
+
+def _records() -> dict[str, str]:
+    return {m[1]: m[0] for p in DECISIONS.iterdir() if (m := _RECORD_FILE.match(p.name))}
+
+
+def _index() -> str:
+    return (DECISIONS / "README.md").read_text(encoding="utf-8")
+
+
+def _rows() -> dict[str, tuple[str, str]]:
+    rows: dict[str, tuple[str, str]] = {}
+    for number, target, text in _INDEX_ROW.findall(_index()):
+        assert number not in rows, f"two index rows for {number}"
+        rows[number] = (target, text)
+    return rows
+
+
+def test_every_decision_record_has_an_index_row_and_every_row_a_record():
+    records, rows = _records(), _rows()
+    assert sorted(records) == sorted(rows)
+    assert {n: target for n, (target, _) in rows.items()} == records
+
+
+def test_the_decision_index_explains_every_unused_number():
+    # Given the numbers below the highest record that no record holds
+    numbers = {int(n) for n in _records()}
+    unused = set(range(1, max(numbers) + 1)) - numbers
+
+    # Then the index's list of numbers without a record names exactly those (a number listed
+    # there that has a record since is stale too); "0016–0019" stands for the four
+    note = _index().split("Numbers without a record", 1)[1]
+    listed: set[int] = set()
+    for first, last in re.findall(r"\*\*(\d{4})(?:[–-](\d{4}))?\*\*", note):
+        listed |= set(range(int(first), int(last or first) + 1))
+    assert listed == unused
+
+
+def test_a_superseded_or_amended_record_says_by_which_in_its_index_row():
+    records, rows = _records(), _rows()
+    wrong = []
+    for number, name in sorted(records.items()):
+        text = (DECISIONS / name).read_text(encoding="utf-8")
+        row = rows[number][1].lower()
+        changed_by = _CHANGED_BY.findall(text)
+        marked = bool(changed_by or _AMENDED_WITHOUT_RECORD.search(text))
+        # the row says superseded or amended exactly when the record ends with the line saying so,
+        # and names the record that made the change
+        if marked != bool(re.search(r"\b(superseded|amended)\b", row)):
+            wrong.append(f"{number}: the record and its row disagree on whether it was changed")
+        wrong += [f"{number}: its row does not name {by}" for by in changed_by if by not in row]
+        # a record that supersedes or amends others: each of them ends with the line naming it
+        for paragraph in _CHANGES.findall(text):
+            for other in re.findall(r"\[(\d{4})\]", paragraph):
+                if other not in records or number not in _CHANGED_BY.findall(
+                        (DECISIONS / records[other]).read_text(encoding="utf-8")):
+                    wrong.append(f"{number} changes {other}, which does not say so")
+    assert wrong == []
