@@ -108,7 +108,8 @@ def test_latency_mode_delivers_what_is_committed_while_it_runs(mode_env, app_eng
 
     # Then every message committed while it ran reached the stream, each within a second of its commit
     delivered = [r for r in rows(app_engine) if r.status == "delivered"]
-    assert len(delivered) >= 10 and all(r.status == "delivered" for r in rows(app_engine))
+    # (how many the writer made in its 2.5 s depends on the machine's load, not on the relay)
+    assert len(delivered) >= 3 and all(r.status == "delivered" for r in rows(app_engine))
     assert max(r.lag_ms for r in delivered) < 1000
     assert redis_client.xlen(redis_prefix + "live") == len(delivered) == result["summary"]["delivered"]
 

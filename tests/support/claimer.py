@@ -74,7 +74,7 @@ def main() -> int:
 
         def claim(*args, _orig=original, _seen=seen, **kwargs):
             got = _orig(*args, **kwargs)
-            _seen.extend(m.seq for m in got)
+            _seen.extend(m.seq for m in got.messages)
             return got
 
         store.claim = claim  # type: ignore[method-assign]
