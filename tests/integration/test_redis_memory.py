@@ -36,10 +36,17 @@ def _limit_to(client, headroom: int) -> int:
 
 
 def _fill_to(client, fraction: float) -> None:
-    """Store 4 MiB, then set maxmemory so that Redis uses `fraction` of it (set after:
-    the value's own request counts while it is read)."""
-    client.set("filler", b"x" * 4 * 1024 * 1024)
+    """Store 4 MiB, then set maxmemory so that Redis uses `fraction` of it. In small
+    appends: a large request's read buffer counts in used_memory until Redis frees it."""
+    for _ in range(256):
+        client.append("filler", b"x" * 16 * 1024)
     client.config_set("maxmemory", int(int(client.info("memory")["used_memory"]) / fraction))
+
+
+def _used(client) -> float:
+    """The fraction of maxmemory that Redis uses now (0 without a limit)."""
+    memory = client.info("memory")
+    return int(memory["used_memory"]) / int(memory["maxmemory"]) if int(memory["maxmemory"]) else 0
 
 
 class Clock:
@@ -56,8 +63,11 @@ def test_the_gate_claims_nothing_while_memory_is_at_the_high_mark(node, enqueue,
     _fill_to(admin, 0.95)
     enqueue(5, stream="orders")
     publisher = RedisStreamsPublisher(node.client(), dedupe_ttl_seconds=3600)
-    # When memory is above the high mark, nothing is claimed, and it is counted
+    # When memory is above the high mark (0.9) before and after the gate reads it, nothing
+    # is claimed, and it is counted
+    assert _used(admin) >= 0.92
     summary = RelayLoop(store, publisher, policy, PLENTY, "a").run()
+    assert _used(admin) >= 0.92
     assert summary.claimed == 0 and summary.gate_closed and "memory" in summary.skipped
     assert publisher.counters[MEMORY_FULL] == 1
     assert [(r["status"], r["attempts"]) for r in rows()] == [("pending", 0)] * 5
@@ -101,5 +111,6 @@ def test_an_allkeys_policy_near_its_limit_does_not_close_the_gate(node, enqueue,
     admin.config_set("maxmemory-policy", "allkeys-lru")
     _fill_to(admin, 0.95)
     enqueue(3, stream="orders")
+    assert _used(admin) >= 0.92
     assert RelayLoop(store, RedisStreamsPublisher(node.client(), dedupe_ttl_seconds=3600), policy, PLENTY,
                      "a").run().delivered == 3
