@@ -111,12 +111,12 @@ def _channel():
     return Channel.REDIS
 
 
-@pytest.mark.slow  # about 4 s of scheduled invocations
+@pytest.mark.slow  # a few seconds of overlapping invocations
 def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, relay_engine, servers, redis_client,
                                                                     redis_prefix, app_engine):
     from outbox_relay.loop import RelayLoop
     from outbox_relay.models import Channel, Mode
-    from support.deadline import countdown
+    from support.deadline import until, wait_for
 
     # Given an application committing a message every 10 ms
     stop = threading.Event()
@@ -127,9 +127,12 @@ def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, rel
             ids.extend(enqueue(1, stream="handover"))
             stop.wait(0.01)
 
-    # When a latency-mode invocation starts every 0.6 s and runs 1 s, so each overlaps the next
+    # When latency-mode invocations start one after another, each ending (within a second)
+    # once the next has delivered, so each overlaps the next
     summaries: dict[int, object] = {}
     windows: dict[int, tuple[float, float]] = {}
+    delivering = [threading.Event() for _ in range(4)]
+    ends = [threading.Event() for _ in range(4)]
 
     def invocation(i: int) -> None:
         client = redis_lib.Redis.from_url(servers.redis_url)
@@ -138,29 +141,40 @@ def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, rel
                              poll_interval_seconds=0.02, poll_max_interval_seconds=0.05)
         started = time.monotonic()
         summaries[i] = RelayLoop(store, RedisStreamsPublisher(client, dedupe_ttl_seconds=3600), policy,
-                                      countdown(1.0, margin=0.2), lease_token(f"handover-{i}")).run()
+                                 until(ends[i]), lease_token(f"handover-{i}"),
+                                 on_progress=lambda s: s.delivered and delivering[i].set()).run()
         windows[i] = (started, time.monotonic())
         client.close()
 
+    stream = redis_prefix + "handover"
     writer = threading.Thread(target=application)
     writer.start()
     runs = []
-    for i in range(4):
-        runs.append(threading.Thread(target=invocation, args=(i,)))
-        runs[-1].start()
-        time.sleep(0.6)
-    stop.set()
-    writer.join()
-    for t in runs:
-        t.join(10)
-    invocation(4)  # what was committed after the last handover
+    try:
+        for i in range(4):
+            runs.append(threading.Thread(target=invocation, args=(i,)))
+            runs[-1].start()
+            wait_for(delivering[i].is_set, what=f"invocation {i} delivering")
+            if i:
+                ends[i - 1].set()
+        # (the last runs on until the application has made more than 40 and all are delivered)
+        wait_for(lambda: len(ids) > 40, what="the application's messages")
+        stop.set()
+        writer.join()
+        wait_for(lambda: redis_client.xlen(stream) >= len(ids), what="every message delivered")
+    finally:
+        stop.set()
+        for end in ends:
+            end.set()
+        for t in runs:
+            t.join(30)
 
     # Then the invocations did overlap, each delivered its share, and every message is
     # in the stream exactly once, delivered on its first attempt
     assert all(windows[i][1] > windows[i + 1][0] for i in range(3))
     assert all(summaries[i].delivered > 0 for i in range(4))
-    entries = redis_client.xrange(redis_prefix + "handover")
-    assert sorted(f["id"] for _, f in entries) == sorted(str(i) for i in ids) and len(ids) > 20
+    entries = redis_client.xrange(stream)
+    assert sorted(f["id"] for _, f in entries) == sorted(str(i) for i in ids)
     with app_engine.connect() as conn:
         rows = conn.execute(text("SELECT status, attempts, EXTRACT(EPOCH FROM delivered_at - created_at) "
                                  "FROM outbox_message")).fetchall()

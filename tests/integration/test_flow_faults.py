@@ -47,20 +47,25 @@ def test_a_key_whose_first_message_is_locked_holds_up_only_itself(store, publish
         enqueue_events_bulk(conn, [dict(stream=stream, type=str(i), payload={}, key=k) for i, k in enumerate(keys)])
     # Holds long enough to look at the rows before they end, however loaded the machine; the
     # slow runs wait for them, the quick one moves the clock of the held rows instead.
-    store.locked_hold_seconds = (8.0, 10.0) if real_time else (60.0, 60.0)
+    store.locked_hold_seconds = (30.0, 30.0) if real_time else (60.0, 60.0)
     relay = dataclasses.replace(policy, batch_size=500, mode=mode)
     with app_engine.connect() as holder:
         holder.execute(text("SELECT seq FROM outbox_message WHERE key = 'hot' ORDER BY seq LIMIT 1 FOR UPDATE"))
 
-        # When a relay runs for a few seconds
+        # When a relay runs: a drain until it finds nothing (it ends with time left, not
+        # waiting on the lock), latency invocations of a few seconds until the other keys
+        # are delivered (bounded: they may never be)
+        if mode is Mode.DRAIN:
+            RelayLoop(store, publisher, relay, left := countdown(120), "locked").run()
+            assert not left.passed()
         began = time.monotonic()
-        RelayLoop(store, publisher, relay, countdown(3 if mode is Mode.LATENCY else 60), "locked").run()
+        while mode is Mode.LATENCY and redis_client.xlen(stream) < 300 and time.monotonic() - began < 120:
+            RelayLoop(store, publisher, relay, countdown(3), "locked").run()
 
         # Then the other keys were delivered, each in order, and none of the hot key
         order = _per_key(redis_client, stream)
         assert "hot" not in order and sum(map(len, order.values())) == 300
         assert all(seqs == sorted(seqs) for seqs in order.values())
-        assert time.monotonic() - began < 20
         # And the hot key's backlog was moved out of the scan, its attempts unspent: a claim
         # of new messages reads those, not the rows behind the lock
         hot = [r for r in rows() if r["key"] == "hot"]
@@ -82,7 +87,7 @@ def test_a_key_whose_first_message_is_locked_holds_up_only_itself(store, publish
         with app_engine.begin() as conn:  # as a minute passing would, for the held rows
             conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '60 seconds' "
                               "WHERE key = 'hot' AND status = 'pending' AND available_at > now()"))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     drain = dataclasses.replace(relay, mode=Mode.DRAIN)
     while len(_per_key(redis_client, stream)["hot"]) < n + 5 and time.monotonic() < deadline:
         RelayLoop(store, publisher, drain, countdown(60), "after").run()
