@@ -15,6 +15,7 @@ from outbox_relay.lag import GROWTH
 from outbox_relay.producer import enqueue_email, enqueue_events_bulk
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 from outbox_tools.local_ses import LocalSesServer
+from support.deadline import wait_for
 
 EVENTS = project_root() / "events"
 
@@ -75,7 +76,7 @@ def test_each_mode_relays_to_redis_and_every_message_is_once_in_the_stream(mode,
     assert len(entries) == expected == len({f["id"] for _, f in entries})
     assert [r.status for r in rows(app_engine)].count("delivered") == expected
     if mode == "latency":
-        assert 1.8 < took < 2.6  # it polled until the deadline's margin
+        assert 1.8 < took < 3.0  # it polled until the deadline's margin, and ended before the timeout
     # And the summary and the EMF carry the delivery lag
     lag = summary["delivery_lag_ms"]
     assert lag["count"] == expected and lag["p50"] is not None and lag["max"] >= lag["p99"] >= lag["p50"]
@@ -84,32 +85,27 @@ def test_each_mode_relays_to_redis_and_every_message_is_once_in_the_stream(mode,
 
 
 def test_latency_mode_delivers_what_is_committed_while_it_runs(mode_env, app_engine, redis_client, redis_prefix):
-    # Given a latency-mode invocation running for 3 s, and an application committing a
-    # message every 100 ms meanwhile
+    # Given a latency-mode invocation running (until told to end), and an application
+    # committing 10 messages, one every 100 ms, meanwhile
     handler = mode_env("latency", OUTBOX_DEADLINE_MARGIN_SECONDS="0.5", OUTBOX_POLL_INTERVAL_SECONDS="0.1")
-    stop = threading.Event()
-
-    def application() -> None:
-        while not stop.is_set():
-            seed(app_engine, redis_prefix, 1, stream="live")
-            stop.wait(0.1)
-
-    writer = threading.Thread(target=application)
+    context = LocalContext(120)
     result: dict = {}
     runner = threading.Thread(target=lambda: result.update(summary=handler(event("relay-redis-scheduler.json"),
-                                                                              LocalContext(3.5))))
+                                                                              context)))
     runner.start()
-    time.sleep(0.2)
-    writer.start()
-    time.sleep(2.5)
-    stop.set()
-    writer.join()
-    runner.join(10)
+    try:
+        time.sleep(0.2)
+        for _ in range(10):
+            seed(app_engine, redis_prefix, 1, stream="live")
+            time.sleep(0.1)
+        wait_for(lambda: redis_client.xlen(redis_prefix + "live") >= 10, what="the 10 messages in the stream")
+    finally:
+        context.leave_only(1.0)
+        runner.join(30)
 
     # Then every message committed while it ran reached the stream, each within a second of its commit
     delivered = [r for r in rows(app_engine) if r.status == "delivered"]
-    # (how many the writer made in its 2.5 s depends on the machine's load, not on the relay)
-    assert len(delivered) >= 3 and all(r.status == "delivered" for r in rows(app_engine))
+    assert len(delivered) == 10 and all(r.status == "delivered" for r in rows(app_engine))
     assert max(r.lag_ms for r in delivered) < 1000
     assert redis_client.xlen(redis_prefix + "live") == len(delivered) == result["summary"]["delivered"]
 
@@ -189,7 +185,8 @@ def test_an_idle_latency_invocation_costs_one_claim_per_poll(mode_env, app_engin
 
     # Then it ran one claim per poll, no age query, and the poller registry's own
     # statements: its registration, a renewal five times per time-to-live (5 s), its leaving
-    assert summary["claimed"] == 0 and summary["polls"] >= 15
+    # (every 0.1 s, as the machine allows: a few polls are enough to count)
+    assert summary["claimed"] == 0 and summary["polls"] >= 5
     claims = [s for s in statements if "outbox_poller" not in s]
     registry = [s for s in statements if "outbox_poller" in s]
     # (the last poll may find, after its gate, no time left to claim)

@@ -16,7 +16,7 @@ from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from outbox_relay.store import LeaseStore
-from support.deadline import countdown
+from support.deadline import until_idle
 from support.feedback import feedback_handler  # noqa: F401 (fixture)
 from support.network import tcp_redis  # noqa: F401 (fixture)
 from support.ses import aws_env, enqueue_mail, moto_ses, ses, ses_server, ses_store  # noqa: F401 (fixtures)
@@ -57,14 +57,17 @@ def mode(request) -> Mode:
 @pytest.fixture
 def invoke(mode):
     """invoke(store, publisher, policy, owner, deadline=None) -> Summary: one invocation in `mode`
-    (latency: until a deadline 1.5 s away, polling every 50 ms; others: `deadline` or plenty)."""
+    (latency: until 1.5 s after its last claim that found messages, polling every 50 ms;
+    others: `deadline` or plenty)."""
 
     def _invoke(store, publisher, policy, owner, deadline: Deadline | None = None):
+        progress = None
         if deadline is None:
-            deadline = countdown(1.5) if mode is Mode.LATENCY else Deadline(lambda: 600_000, margin_seconds=1)
+            deadline, progress = until_idle() if mode is Mode.LATENCY else (Deadline(lambda: 600_000, 1), None)
         return RelayLoop(store, publisher,
-                              dataclasses.replace(policy, mode=mode, poll_interval_seconds=0.05,
-                                                  poll_max_interval_seconds=0.05), deadline, owner).run()
+                         dataclasses.replace(policy, mode=mode, poll_interval_seconds=0.05,
+                                             poll_max_interval_seconds=0.05), deadline, owner,
+                         on_progress=progress).run()
 
     return _invoke
 

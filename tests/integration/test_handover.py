@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -21,6 +22,7 @@ from outbox_relay.pollers import PollerRegistry
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.store import LeaseStore
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
+from support.deadline import wait_for
 
 EVENT = json.loads((project_root() / "events" / "relay-redis-scheduler.json").read_text())
 
@@ -95,11 +97,19 @@ def test_a_dead_pollers_leases_are_taken_over_at_once_and_delivered(relay_env, m
     assert len(store.claim("dead-poller", 30, 120.0).messages) == 30
     time.sleep(1.2)
 
-    # When a latency-mode poller runs for 4 s
+    # When a latency-mode poller runs until the 30 are in the stream (then a second more)
     monkeypatch.setenv("OUTBOX_MODE", "latency")
     monkeypatch.setenv("OUTBOX_POLLER_TTL_SECONDS", "1")
     monkeypatch.setenv("OUTBOX_DEADLINE_MARGIN_SECONDS", "1")
-    summary = load_handler("relay")(EVENT, LocalContext(4.0))
+    context, out = LocalContext(120), {}
+    poller = threading.Thread(target=lambda: out.update(load_handler("relay")(EVENT, context)))
+    poller.start()
+    try:
+        wait_for(lambda: redis_client.xlen(redis_prefix + "orphans") >= 30, what="the 30 in the stream")
+    finally:
+        context.leave_only(2.0)
+        poller.join(30)
+    summary = out
 
     # Then it took the leases over at once (not after 120 s), requeued them (a first
     # expiry) and delivered each once, in one batch

@@ -19,16 +19,21 @@ from outbox_relay.models import Mode
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis.client import create_redis_client
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
-from support.deadline import countdown
+from support.deadline import countdown, until_idle
 
 PIPELINED = [Mode.DRAIN, pytest.param(Mode.LATENCY, marks=pytest.mark.slow)]  # latency: 1.5 s each
 
 
-def run(store, publisher, policy, mode, owner, deadline):
+def run(store, publisher, policy, mode, owner, deadline=None):
+    """One invocation: by default latency until 1.5 s after its last claim that found
+    messages, drain with plenty of time."""
+    progress = None
+    if deadline is None:
+        deadline, progress = until_idle() if mode is Mode.LATENCY else (Deadline(lambda: 600_000, 1), None)
     return RelayLoop(store, publisher, dataclasses.replace(policy, mode=mode, batch_size=100,
-                                                                poll_interval_seconds=0.02,
-                                                                poll_max_interval_seconds=0.02),
-                          deadline, owner).run()
+                                                           poll_interval_seconds=0.02,
+                                                           poll_max_interval_seconds=0.02),
+                     deadline, owner, on_progress=progress).run()
 
 
 def stream_ids(redis_client, stream) -> collections.Counter:
@@ -65,10 +70,9 @@ def test_redis_cut_mid_pipeline_refunds_the_batch_and_the_one_claimed_ahead(
 
     flaky._execute = execute
 
-    # When a pipelined invocation runs (latency until 1.5 s from now)
+    # When a pipelined invocation runs
 
-    summary = run(store, flaky, policy, mode, "a", countdown(1.5) if mode is Mode.LATENCY
-                  else Deadline(lambda: 600_000, 1))
+    summary = run(store, flaky, policy, mode, "a")
 
     # Then two batches were delivered; the third, and the one claimed ahead of it (unless the
     # claim's own gate already found Redis gone), are pending again with their attempts
@@ -104,8 +108,7 @@ def test_a_connection_killed_between_claim_and_record_is_replaced(mode, enqueue,
     store.record = record
 
     # When a pipelined invocation runs
-    summary = run(store, publisher, policy, mode, "a", countdown(1.5) if mode is Mode.LATENCY
-                  else Deadline(lambda: 600_000, 1))
+    summary = run(store, publisher, policy, mode, "a")
 
     # Then the write was retried on a new connection: every message delivered once, one attempt each
     assert killed and any(killed)
@@ -129,8 +132,7 @@ def test_a_database_lost_for_the_outcome_write_fails_the_invocation_and_nothing_
 
     # When a pipelined invocation runs, it fails
     with pytest.raises(OperationalError):
-        run(store, publisher, policy, mode, "a", countdown(1.5) if mode is Mode.LATENCY
-            else Deadline(lambda: 600_000, 1))
+        run(store, publisher, policy, mode, "a")
 
     # Then what it claimed stays leased (it could not be recorded, nor released), what reached
     # the stream is there once, and after the leases expire a healthy relay delivers everything
