@@ -28,6 +28,7 @@ from .events import (
     json_text,
     validated,
 )
+from .ids import uuid7
 from .models import Channel
 
 #: The size limit of one SQS or SNS message and one EventBridge entry, bytes (256 KiB).
@@ -189,7 +190,7 @@ def aws_row(channel: Channel, data: Mapping[str, Any], now: datetime | None = No
         if m.key is not None:
             check_sqs_text(m.key, "key")
     headers_text = json_text(m.headers, "headers", 64 * 1024) if m.headers else None
-    message_id = m.message_id or uuid.uuid4()
+    message_id = m.message_id or uuid7()
     row = {
         "message_id": message_id,
         "channel": channel.value,

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Mapping
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import InvalidMessageError
+from .ids import uuid7
 from .models import Channel
 
 #: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
@@ -176,7 +177,7 @@ def event_row(data: Mapping[str, Any], now: datetime | None = None) -> dict[str,
     payload_text = json_text(m.payload, "payload", MAX_EVENT_PAYLOAD_BYTES)
     headers_text = json_text(m.headers, "headers", 64 * 1024) if m.headers else None
     return {
-        "message_id": m.message_id or uuid.uuid4(),
+        "message_id": m.message_id or uuid7(),
         "channel": Channel.REDIS.value,
         "destination": m.stream,
         "type": m.type,

@@ -23,6 +23,7 @@ from .email.mime import check_size
 from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 from .errors import InvalidMessageError
 from .events import check_deliver_at, check_key, event_row
+from .ids import uuid7
 from .models import Channel
 from .publishers.registry import spec_for
 from .tracing import current_context, with_context
@@ -160,7 +161,7 @@ def enqueue_event(
         key: optional ordering/partition key, published as the entry's `key` field;
             not empty (leave it out for no key).
         message_id: idempotency key; enqueueing the same id again writes
-            nothing and returns it. A fresh UUID4 when omitted.
+            nothing and returns it. A fresh UUIDv7 when omitted.
         deliver_at: timezone-aware `datetime` before which it is not delivered, at most
             366 days ahead; a past one (at most 366 days back) means now. Text and
             numbers are refused, not parsed.
@@ -341,7 +342,7 @@ def email_row(
 
 def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
     if value is None:
-        return uuid.uuid4()
+        return uuid7()
     if isinstance(value, uuid.UUID):
         return value
     try:
@@ -390,7 +391,7 @@ def enqueue_email(
             (bytes) and optional ``content_type``, or ``(filename, content[, content_type])``
             tuples. With attachments the email is sent as raw MIME.
         message_id: idempotency key (UUID); enqueueing the same id again writes
-            nothing and returns it. A fresh UUID4 when omitted.
+            nothing and returns it. A fresh UUIDv7 when omitted.
         deliver_at: timezone-aware `datetime` before which it is not sent, at most 366
             days ahead; a past one (at most 366 days back) means now (text is refused).
         max_attempts: per-message retry budget, an `int` from 1 to 1000, else the relay's default.
