@@ -19,12 +19,7 @@ from outbox_relay.producer import (
     enqueue_sns,
     enqueue_sqs,
 )
-
-
-def fields(u: uuid.UUID) -> tuple[int, int, int, int, int]:
-    """(unix_ts_ms, ver, rand_a, var, rand_b) as RFC 9562 section 5.7 lays them out."""
-    n = u.int
-    return n >> 80, (n >> 76) & 0xF, (n >> 64) & 0xFFF, (n >> 62) & 0b11, n & ((1 << 62) - 1)
+from support.uuid_fields import fields
 
 
 def test_the_layout_is_the_rfc_s_and_the_time_is_the_clock_s():
