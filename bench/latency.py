@@ -32,7 +32,6 @@ import queue
 import random
 import threading
 import time
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -78,6 +77,7 @@ def producers_for(rate: int) -> int:
 def _producer(database_url: str, rate: float, seconds: float, prefix: str, streams: tuple[str, ...], seed: int,
               ready: Any, go: Any, out: Any) -> None:
     """Commit messages at `rate` per second for `seconds`, in small transactions."""
+    from outbox_relay.ids import uuid7
     from outbox_relay.producer import enqueue_events_bulk
 
     try:
@@ -99,7 +99,7 @@ def _producer(database_url: str, rate: float, seconds: float, prefix: str, strea
                 due = int(rate * elapsed) + 1 - sent
                 behind_max = max(behind_max, due)
                 if due > 0:
-                    batch = [dict(pool[(sent + i) % _POOL], message_id=uuid.uuid4())
+                    batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7())
                              for i in range(min(due, _PER_TRANSACTION))]
                     with conn.begin():
                         enqueue_events_bulk(conn, batch)
