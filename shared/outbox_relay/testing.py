@@ -11,10 +11,10 @@ operator's open transaction holds it: claims skip it as SKIP LOCKED does.
 from __future__ import annotations
 
 import math
-import uuid
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .ids import uuid7
 from .models import ClaimedMessage, OrderingOnDead, Outcome, OutcomeKind, Status
 from .store import (
     DEAD_HOLD_SECONDS,
@@ -54,7 +54,7 @@ class StoredMessage:
     delivery_ref: str | None = None
     #: The transaction holding the row locked (its xmax), or None.
     locked_by: int | None = None
-    message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    message_id: str = field(default_factory=lambda: str(uuid7()))  # as the producer makes them
 
 
 class InMemoryStore(Store):
