@@ -14,13 +14,13 @@ downgrade changes it back. Ids already written (UUIDv4) are untouched: both are
 `uuid` and compare as before.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-06
 """
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
