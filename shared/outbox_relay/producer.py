@@ -1,4 +1,4 @@
-"""Producer API, both channels: write outbox messages inside the caller's transaction.
+"""Producer API, every channel: write outbox messages inside the caller's transaction.
 
 Call these with the SQLAlchemy `Connection` or `Session` that carries your
 business change; the message exists exactly when your transaction commits.
@@ -15,18 +15,13 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from sqlalchemy.engine import Engine
-
-from . import sql
-from .aws_messages import MAX_HEADERS, aws_row
-from .email.mime import check_size
-from .email.payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
+from . import sql, tracing
+from .aws_enqueue import enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from .email.enqueue import email_row, enqueue_email
 from .errors import InvalidMessageError
-from .events import check_deliver_at, check_key, event_row
-from .ids import uuid7
-from .models import Channel
-from .publishers.registry import spec_for
-from .tracing import current_context, with_context
+from .events import event_row
+from .tracing import with_context
+from .write import _ID_TAKEN, _check_registered, check_conn, insert_message
 
 #: Most messages in one bulk statement.
 BULK_CHUNK = 1000
@@ -34,10 +29,6 @@ BULK_CHUNK = 1000
 #: holds about one statement's text at a time (a few copies of it: the texts, the
 #: statement's JSON array, its encoding), whatever the number of messages.
 BULK_CHUNK_BYTES = 8 * 1024 * 1024
-
-
-_ID_TAKEN = ("already used by a different message (channel, destination, type, key or payload differ); "
-             "an idempotency key must identify one message")
 
 
 class _Number:
@@ -93,49 +84,6 @@ def _check_repeats(data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _
         raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
 
 
-def check_conn(conn: Any) -> None:
-    """Refuse what cannot carry the caller's transaction, naming `conn`: None, an
-    Engine (no transaction of its own), or a DB-API connection (pg8000's, sqlite3's:
-    they take neither SQLAlchemy statements nor its named parameters)."""
-    if conn is not None and not isinstance(conn, Engine) and callable(getattr(conn, "execute", None)) \
-            and not hasattr(conn, "cursor"):
-        return
-    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
-    what = ("None" if conn is None else
-            "an Engine (pass the conn of `with engine.begin() as conn:`)" if isinstance(conn, Engine) else
-            f"a DB-API connection ({kind})" if hasattr(conn, "cursor") else f"a {kind}")
-    raise InvalidMessageError("conn", f"must be the SQLAlchemy Connection or Session of your open transaction, "
-                                      f"not {what}")
-
-
-def _check_registered(channel: str) -> None:
-    """The schema takes any channel name (migration 0007): the registry says which exist."""
-    try:
-        spec_for(channel)
-    except KeyError as exc:
-        raise InvalidMessageError("channel", str(exc.args[0])) from None
-
-
-def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
-    """Write one validated message row (`sql.producer.insert_message` parameters) in the
-    caller's transaction and return its message id.
-
-    The message id is an idempotency key: the same message again is a no-op.
-    Raises `InvalidMessageError` on field `message_id` when the id is already
-    taken by a *different* message (another channel, destination, type, key or
-    payload), which would otherwise be dropped silently, also when another
-    transaction wrote it at the same time (one more statement, only then).
-    """
-    _check_registered(row["channel"])
-    inserted, same = conn.execute(sql.producer.insert_message, row).one()
-    if not inserted and same is None:
-        # Written by a transaction that committed while this one waited: look again.
-        same = conn.execute(sql.producer.same_message, row).scalar()
-    if not inserted and same is False:
-        raise InvalidMessageError("message_id", _ID_TAKEN)
-    return row["message_id"]
-
-
 def enqueue_event(
     conn: Any,
     *,
@@ -178,7 +126,7 @@ def enqueue_event(
     check_conn(conn)
     row = event_row({
         "stream": stream, "type": type, "payload": payload, "key": key,
-        "headers": with_context(headers, current_context()),
+        "headers": with_context(headers, tracing.current_context()),
         "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
     })
     return insert_message(conn, row)
@@ -211,7 +159,7 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     """
     check_conn(conn)
     data = messages if isinstance(messages, Sequence) else list(messages)
-    context = current_context()  # one context for the call: every message was made in it
+    context = tracing.current_context()  # one context for the call: every message was made in it
     if context:
         data = [_traced(item, context) for item in data]
     now = datetime.now(timezone.utc)  # one time for every deliver_at, in both passes
@@ -278,275 +226,5 @@ def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
         raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
 
 
-def email_row(
-    *,
-    to: Sequence[str] | str = (),
-    subject: str,
-    html: str | None = None,
-    text: str | None = None,
-    cc: Sequence[str] | str = (),
-    bcc: Sequence[str] | str = (),
-    reply_to: Sequence[str] | str = (),
-    sender: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    tags: Mapping[str, str] | None = None,
-    configuration_set: str | None = None,
-    attachments: Iterable[Any] = (),
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    key: str | None = None,
-) -> dict[str, Any]:
-    """Validate an email and return the parameters of `sql.producer.insert_message`.
-    Raises `InvalidMessageError` naming the field; see `enqueue_email`."""
-    data: dict[str, Any] = {
-        "from": sender, "to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to, "subject": subject,
-        "html": html, "text": text, "headers": dict(headers or {}), "tags": dict(tags or {}),
-        "configuration_set": configuration_set,
-        "attachments": list(attachments),
-    }
-    try:
-        payload = validate_payload(data)
-        check_size(payload)
-    except InvalidMessageError as exc:
-        if exc.field == "from":
-            raise InvalidMessageError("sender", exc.problem) from None
-        raise
-    mid = _message_id(message_id)
-    try:
-        key = check_key(key)
-    except ValueError as exc:
-        raise InvalidMessageError("key", str(exc)) from None
-    if deliver_at is not None:
-        if not isinstance(deliver_at, datetime):
-            raise InvalidMessageError("deliver_at", "must be a timezone-aware datetime")
-        try:
-            check_deliver_at(deliver_at)
-        except ValueError as exc:
-            raise InvalidMessageError("deliver_at", str(exc)) from None
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-                                     or not 1 <= max_attempts <= 1000):
-        raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000")
-    return {
-        "message_id": mid,
-        "channel": Channel.SES.value,
-        "destination": payload.configuration_set or DEFAULT_DESTINATION,
-        "type": EMAIL_TYPE,
-        "key": key,
-        "payload": payload.to_json(),
-        "headers": None,
-        "max_attempts": max_attempts,
-        "deliver_at": deliver_at,
-    }
-
-
-def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
-    if value is None:
-        return uuid7()
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise InvalidMessageError("message_id", "must be a UUID") from None
-
-
-def enqueue_email(
-    conn: Any,
-    *,
-    to: Sequence[str] | str = (),
-    subject: str,
-    html: str | None = None,
-    text: str | None = None,
-    cc: Sequence[str] | str = (),
-    bcc: Sequence[str] | str = (),
-    reply_to: Sequence[str] | str = (),
-    sender: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    tags: Mapping[str, str] | None = None,
-    configuration_set: str | None = None,
-    attachments: Iterable[Any] = (),
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    key: str | None = None,
-) -> uuid.UUID:
-    """Write a transactional email into the outbox, in the caller's transaction.
-
-    Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction
-            (anything else is refused: `InvalidMessageError` on ``conn``).
-        to, cc, bcc: recipient mailboxes (``a@example.com`` or ``Name <a@example.com>``;
-            a single string is a list of one); 1–50 in all.
-        subject: non-empty, one line, UTF-8 (leading and trailing blanks are dropped).
-        html, text: the bodies (UTF-8); at least one.
-        reply_to: Reply-To mailboxes.
-        sender: the From mailbox; a verified SES identity. When None the relay
-            uses OUTBOX_SES_FROM.
-        headers: custom headers, name → value (at most 15; see the module docstring;
-            values lose leading and trailing blanks, as a MIME header would).
-        tags: SES message tags, name → value (ASCII letters, digits, ``_``, ``-``).
-        configuration_set: SES configuration set; else OUTBOX_SES_CONFIGURATION_SET.
-        attachments: `Attachment` objects, mappings with ``filename``, ``content``
-            (bytes) and optional ``content_type``, or ``(filename, content[, content_type])``
-            tuples. With attachments the email is sent as raw MIME.
-        message_id: idempotency key (UUID); enqueueing the same id again writes
-            nothing and returns it. A fresh UUIDv7 when omitted.
-        deliver_at: timezone-aware `datetime` before which it is not sent, at most 366
-            days ahead; a past one (at most 366 days back) means now (text is refused).
-        max_attempts: per-message retry budget, an `int` from 1 to 1000, else the relay's default.
-        key: optional ordering key (non-empty): emails with the same key and
-            configuration set are sent one at a time, in enqueue order (e.g. the
-            recipient's or the order's id, so "shipped" never arrives before "confirmed").
-
-    Returns:
-        The message id (also sent as the SES message tag ``outbox-message-id``).
-
-    Raises:
-        InvalidMessageError: a rule is broken; `.field` names the field
-            (``to[2]``, ``subject``, ``headers``, ``tags``, ``attachments[0].filename``,
-            ``html/text``, …). Nothing is written.
-    """
-    check_conn(conn)
-    row = email_row(to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc, reply_to=reply_to,
-                    sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
-                    attachments=attachments, message_id=message_id, deliver_at=deliver_at,
-                    max_attempts=max_attempts, key=key)
-    context = current_context()
-    if context:
-        # In the message headers, as for every channel; the relay adds them to the email's headers.
-        row["headers"] = json.dumps(context, separators=(",", ":"))
-    insert_message(conn, row)
-    return row["message_id"]
-
-
-def _enqueue_aws(conn: Any, channel: Channel, fields: dict[str, Any]) -> uuid.UUID:
-    check_conn(conn)
-    data = {k: v for k, v in fields.items() if v is not None or k == "payload"}
-    row = aws_row(channel, data)
-    context = current_context()
-    if context:
-        row = _aws_traced(channel, data, row, context)
-    return insert_message(conn, row)
-
-
-def _aws_traced(channel: Channel, data: dict[str, Any], row: dict[str, Any],
-                context: Mapping[str, str]) -> dict[str, Any]:
-    """The row with the trace context, where it fits: EventBridge keeps it beside the
-    source (sent as the entry's TraceHeader); SQS and SNS as attributes, only when the
-    message keeps within ten attributes and 256 KiB with them (a context never makes a
-    valid message invalid)."""
-    if channel is Channel.EVENTBRIDGE:
-        stored = json.loads(row["headers"]) if row["headers"] else {}
-        row["headers"] = json.dumps({**stored, **context}, separators=(",", ":"))
-        return row
-    headers = data.get("headers")
-    if isinstance(headers, Mapping) and "traceparent" in headers:
-        return row
-    context = dict(context)
-    if len(headers or {}) + len(context) > MAX_HEADERS:
-        context.pop("tracestate", None)
-    if len(headers or {}) + len(context) > MAX_HEADERS:
-        return row
-    try:
-        return aws_row(channel, {**data, "message_id": row["message_id"], "headers": with_context(headers, context)})
-    except InvalidMessageError:
-        return row
-
-
-def enqueue_sqs(
-    conn: Any,
-    *,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
-    """Write a message for the SQS relay's queue (OUTBOX_SQS_QUEUE_URL), in the caller's transaction.
-
-    Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
-        type: the message's type, sent as the `outbox-type` attribute (non-empty).
-        payload: any JSON-serialisable value: the message body, as JSON. With its
-            attributes the message is at most 256 KiB; SQS takes only XML characters.
-        key: optional ordering key: sent in order, as the `outbox-key` attribute, and
-            as the ``MessageGroupId`` on a FIFO queue.
-        headers: at most 7 string attributes (name → non-empty value); the relay adds
-            `outbox-message-id`, `outbox-type` and `outbox-key`.
-        message_id, deliver_at, max_attempts: as for `enqueue_event`. The message id is
-            the `outbox-message-id` attribute, and the ``MessageDeduplicationId`` on a FIFO queue.
-
-    Returns:
-        The message id.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
-    return _enqueue_aws(conn, Channel.SQS, {
-        "type": type, "payload": payload, "key": key, "headers": headers, "message_id": message_id,
-        "deliver_at": deliver_at, "max_attempts": max_attempts})
-
-
-def enqueue_sns(
-    conn: Any,
-    *,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
-    """Write a message for the SNS relay's topic (OUTBOX_SNS_TOPIC_ARN), in the caller's transaction.
-
-    The fields are those of `enqueue_sqs`: the payload JSON is the SNS ``Message``, the
-    rest are message attributes, and on a FIFO topic the key is the ``MessageGroupId``
-    and the message id the ``MessageDeduplicationId``.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
-    return _enqueue_aws(conn, Channel.SNS, {
-        "type": type, "payload": payload, "key": key, "headers": headers, "message_id": message_id,
-        "deliver_at": deliver_at, "max_attempts": max_attempts})
-
-
-def enqueue_eventbridge(
-    conn: Any,
-    *,
-    type: str,
-    payload: Mapping[str, Any],
-    source: str | None = None,
-    bus: str | None = None,
-    key: str | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
-    """Write an event for Amazon EventBridge, in the caller's transaction.
-
-    Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
-        type: the event's detail-type (non-empty).
-        payload: a JSON object: the event's detail. The relay adds the message id to it
-            as `outbox-message-id` (a name the payload must not use). Detail, detail-type,
-            source and time together are at most 256 KiB.
-        source: the event's source (not starting with ``aws.``); else OUTBOX_EVENTBRIDGE_SOURCE.
-        bus: the event bus, a name or an ARN; else OUTBOX_EVENTBRIDGE_BUS. The relay's
-            IAM policy must allow it (the template allows the relay's own bus only).
-        key: optional ordering key: events of one key are put in order.
-        message_id, deliver_at, max_attempts: as for `enqueue_event`.
-
-    Returns:
-        The message id.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
-    return _enqueue_aws(conn, Channel.EVENTBRIDGE, {
-        "type": type, "payload": payload, "source": source, "bus": bus, "key": key, "message_id": message_id,
-        "deliver_at": deliver_at, "max_attempts": max_attempts})
+__all__ = ["BULK_CHUNK", "BULK_CHUNK_BYTES", "check_conn", "email_row", "enqueue_email", "enqueue_event",
+           "enqueue_eventbridge", "enqueue_events_bulk", "enqueue_sns", "enqueue_sqs", "insert_message"]

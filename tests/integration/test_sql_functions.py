@@ -103,7 +103,7 @@ contexts = st.none() | st.sampled_from([{"traceparent": TRACEPARENT},
 def traced(context, write):
     """`write` under the producer's current trace `context` (None: no context)."""
     def run():
-        with mock.patch("outbox_relay.producer.current_context", return_value=dict(context or {})):
+        with mock.patch("outbox_relay.tracing.current_context", return_value=dict(context or {})):
             return write()
     return run
 

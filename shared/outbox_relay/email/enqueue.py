@@ -1,0 +1,160 @@
+"""The producer API's email function (`producer.enqueue_email`): an email validated,
+then written by the producer's statement in the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import tracing
+from ..errors import InvalidMessageError
+from ..events import check_deliver_at, check_key
+from ..ids import uuid7
+from ..models import Channel
+from ..write import check_conn, insert_message
+from .mime import check_size
+from .payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
+
+
+def email_row(
+    *,
+    to: Sequence[str] | str = (),
+    subject: str,
+    html: str | None = None,
+    text: str | None = None,
+    cc: Sequence[str] | str = (),
+    bcc: Sequence[str] | str = (),
+    reply_to: Sequence[str] | str = (),
+    sender: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    configuration_set: str | None = None,
+    attachments: Iterable[Any] = (),
+    message_id: uuid.UUID | str | None = None,
+    deliver_at: datetime | None = None,
+    max_attempts: int | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
+    """Validate an email and return the parameters of `sql.producer.insert_message`.
+    Raises `InvalidMessageError` naming the field; see `enqueue_email`."""
+    data: dict[str, Any] = {
+        "from": sender, "to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to, "subject": subject,
+        "html": html, "text": text, "headers": dict(headers or {}), "tags": dict(tags or {}),
+        "configuration_set": configuration_set,
+        "attachments": list(attachments),
+    }
+    try:
+        payload = validate_payload(data)
+        check_size(payload)
+    except InvalidMessageError as exc:
+        if exc.field == "from":
+            raise InvalidMessageError("sender", exc.problem) from None
+        raise
+    mid = _message_id(message_id)
+    try:
+        key = check_key(key)
+    except ValueError as exc:
+        raise InvalidMessageError("key", str(exc)) from None
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime):
+            raise InvalidMessageError("deliver_at", "must be a timezone-aware datetime")
+        try:
+            check_deliver_at(deliver_at)
+        except ValueError as exc:
+            raise InvalidMessageError("deliver_at", str(exc)) from None
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                     or not 1 <= max_attempts <= 1000):
+        raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000")
+    return {
+        "message_id": mid,
+        "channel": Channel.SES.value,
+        "destination": payload.configuration_set or DEFAULT_DESTINATION,
+        "type": EMAIL_TYPE,
+        "key": key,
+        "payload": payload.to_json(),
+        "headers": None,
+        "max_attempts": max_attempts,
+        "deliver_at": deliver_at,
+    }
+
+
+def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
+    if value is None:
+        return uuid7()
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidMessageError("message_id", "must be a UUID") from None
+
+
+def enqueue_email(
+    conn: Any,
+    *,
+    to: Sequence[str] | str = (),
+    subject: str,
+    html: str | None = None,
+    text: str | None = None,
+    cc: Sequence[str] | str = (),
+    bcc: Sequence[str] | str = (),
+    reply_to: Sequence[str] | str = (),
+    sender: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    configuration_set: str | None = None,
+    attachments: Iterable[Any] = (),
+    message_id: uuid.UUID | str | None = None,
+    deliver_at: datetime | None = None,
+    max_attempts: int | None = None,
+    key: str | None = None,
+) -> uuid.UUID:
+    """Write a transactional email into the outbox, in the caller's transaction.
+
+    Args:
+        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction
+            (anything else is refused: `InvalidMessageError` on ``conn``).
+        to, cc, bcc: recipient mailboxes (``a@example.com`` or ``Name <a@example.com>``;
+            a single string is a list of one); 1–50 in all.
+        subject: non-empty, one line, UTF-8 (leading and trailing blanks are dropped).
+        html, text: the bodies (UTF-8); at least one.
+        reply_to: Reply-To mailboxes.
+        sender: the From mailbox; a verified SES identity. When None the relay
+            uses OUTBOX_SES_FROM.
+        headers: custom headers, name → value (at most 15; see the module docstring;
+            values lose leading and trailing blanks, as a MIME header would).
+        tags: SES message tags, name → value (ASCII letters, digits, ``_``, ``-``).
+        configuration_set: SES configuration set; else OUTBOX_SES_CONFIGURATION_SET.
+        attachments: `Attachment` objects, mappings with ``filename``, ``content``
+            (bytes) and optional ``content_type``, or ``(filename, content[, content_type])``
+            tuples. With attachments the email is sent as raw MIME.
+        message_id: idempotency key (UUID); enqueueing the same id again writes
+            nothing and returns it. A fresh UUIDv7 when omitted.
+        deliver_at: timezone-aware `datetime` before which it is not sent, at most 366
+            days ahead; a past one (at most 366 days back) means now (text is refused).
+        max_attempts: per-message retry budget, an `int` from 1 to 1000, else the relay's default.
+        key: optional ordering key (non-empty): emails with the same key and
+            configuration set are sent one at a time, in enqueue order (e.g. the
+            recipient's or the order's id, so "shipped" never arrives before "confirmed").
+
+    Returns:
+        The message id (also sent as the SES message tag ``outbox-message-id``).
+
+    Raises:
+        InvalidMessageError: a rule is broken; `.field` names the field
+            (``to[2]``, ``subject``, ``headers``, ``tags``, ``attachments[0].filename``,
+            ``html/text``, …). Nothing is written.
+    """
+    check_conn(conn)
+    row = email_row(to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc, reply_to=reply_to,
+                    sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
+                    attachments=attachments, message_id=message_id, deliver_at=deliver_at,
+                    max_attempts=max_attempts, key=key)
+    context = tracing.current_context()
+    if context:
+        # In the message headers, as for every channel; the relay adds them to the email's headers.
+        row["headers"] = json.dumps(context, separators=(",", ":"))
+    insert_message(conn, row)
+    return row["message_id"]

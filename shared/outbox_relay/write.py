@@ -1,0 +1,60 @@
+"""The producer's one write: a validated message row inserted in the caller's
+transaction by `sql.producer.insert_message`, the message id its idempotency key.
+Every producer API function ends here (`producer`, `aws_enqueue`, `email.enqueue`)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping
+
+from sqlalchemy.engine import Engine
+
+from . import sql
+from .errors import InvalidMessageError
+from .publishers.registry import spec_for
+
+_ID_TAKEN = ("already used by a different message (channel, destination, type, key or payload differ); "
+             "an idempotency key must identify one message")
+
+
+def check_conn(conn: Any) -> None:
+    """Refuse what cannot carry the caller's transaction, naming `conn`: None, an
+    Engine (no transaction of its own), or a DB-API connection (pg8000's, sqlite3's:
+    they take neither SQLAlchemy statements nor its named parameters)."""
+    if conn is not None and not isinstance(conn, Engine) and callable(getattr(conn, "execute", None)) \
+            and not hasattr(conn, "cursor"):
+        return
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    what = ("None" if conn is None else
+            "an Engine (pass the conn of `with engine.begin() as conn:`)" if isinstance(conn, Engine) else
+            f"a DB-API connection ({kind})" if hasattr(conn, "cursor") else f"a {kind}")
+    raise InvalidMessageError("conn", f"must be the SQLAlchemy Connection or Session of your open transaction, "
+                                      f"not {what}")
+
+
+def _check_registered(channel: str) -> None:
+    """The schema takes any channel name (migration 0007): the registry says which exist."""
+    try:
+        spec_for(channel)
+    except KeyError as exc:
+        raise InvalidMessageError("channel", str(exc.args[0])) from None
+
+
+def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
+    """Write one validated message row (`sql.producer.insert_message` parameters) in the
+    caller's transaction and return its message id.
+
+    The message id is an idempotency key: the same message again is a no-op.
+    Raises `InvalidMessageError` on field `message_id` when the id is already
+    taken by a *different* message (another channel, destination, type, key or
+    payload), which would otherwise be dropped silently, also when another
+    transaction wrote it at the same time (one more statement, only then).
+    """
+    _check_registered(row["channel"])
+    inserted, same = conn.execute(sql.producer.insert_message, row).one()
+    if not inserted and same is None:
+        # Written by a transaction that committed while this one waited: look again.
+        same = conn.execute(sql.producer.same_message, row).scalar()
+    if not inserted and same is False:
+        raise InvalidMessageError("message_id", _ID_TAKEN)
+    return row["message_id"]
