@@ -12,11 +12,16 @@
   doubling) while the event is younger than its maximum age, then dropped.
 - `InvokeApi`: an HTTP stand-in for the Lambda Invoke API on loopback, so that a
   poller's self-invoke goes through boto3 as on AWS (`AWS_ENDPOINT_URL_LAMBDA`).
+- `LambdaCpu`: the CPU Lambda gives a function in proportion to its memory (one
+  vCPU at 1,769 MB), imposed on every process that runs invocations, each in a
+  cgroup (v1 `cpu` controller) of its own (`start`, `release`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import random
 import re
 import threading
@@ -25,6 +30,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
@@ -303,3 +309,162 @@ def uncovered(intervals: list[tuple[float, float]], lo: float, hi: float) -> tup
 def covered_seconds(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """The sum of the lengths of `intervals` clipped to [lo, hi] (overlaps counted twice)."""
     return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
+
+
+# --- Lambda's CPU ----------------------------------------------------------
+
+#: AWS documents that a function at 1,769 MB has the equivalent of one vCPU; CPU is
+#: allocated in proportion to memory below and above it.
+MB_PER_VCPU = 1769
+#: Where this machine mounts the cgroup v1 `cpu` controller.
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+CFS_PERIOD_US = 100_000
+TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
+
+
+def cpu_share(memory_mb: float, cores: int | None = None) -> float:
+    """Cores Lambda gives a function of `memory_mb`, at most the machine's `cores`."""
+    return min(memory_mb / MB_PER_VCPU, cores or os.cpu_count() or 1)
+
+
+def template_function_memory_mb(path: Path = TEMPLATE) -> int:
+    """The template's `FunctionMemoryMB` default, read from its Parameters block."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = lines.index("  FunctionMemoryMB:")
+    for line in lines[at + 1:]:
+        if not line.startswith("    "):
+            break
+        if line.strip().startswith("Default:"):
+            return int(line.split(":", 1)[1])
+    raise ValueError(f"{path.name} declares no default for FunctionMemoryMB")
+
+
+class CpuCapError(RuntimeError):
+    """The machine cannot hold processes to a CPU share (one line, for the user)."""
+
+
+def process_age_seconds(pid: int | str = "self") -> float:
+    """Seconds since process `pid` was created (its fork), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - start / ticks
+
+
+class LambdaCpu:
+    """Lambda's CPU share at `memory_mb`, imposed on the processes that run invocations.
+
+    `start(process)` starts a `multiprocessing.Process` (or anything with `start()`)
+    inside a fresh cgroup whose CFS quota is the share: the starting thread enters the
+    cgroup for the fork, so the child is held from its first instruction (its cold
+    start included) and the bench's other threads never are. `release(process)`, once
+    the process has ended, reads the cgroup's throttling and removes it. With
+    `capped=False` processes start as they are and the figures are labelled uncapped."""
+
+    def __init__(self, memory_mb: int, *, capped: bool = True, root: Path = CGROUP_CPU) -> None:
+        self.memory_mb, self.capped, self.root = memory_mb, capped, root
+        self.share = cpu_share(memory_mb)
+        self._names = itertools.count()
+        self._groups: dict[int, Path] = {}
+        self._lock = threading.Lock()
+        self._stats = {"processes": 0, "periods": 0, "throttled_periods": 0, "throttled_seconds": 0.0}
+        if capped:
+            self._check()
+
+    @property
+    def quota_us(self) -> int:
+        return round(self.share * CFS_PERIOD_US)
+
+    def label(self) -> str:
+        held = f"Lambda's CPU at {self.memory_mb:,} MB ({self.share:.2f} of a core)"
+        return f"held to {held}" if self.capped else f"uncapped (not held to {held})"
+
+    def _check(self) -> None:
+        try:
+            group = self._group()
+            group.rmdir()
+        except OSError as exc:
+            raise CpuCapError(f"cannot hold invocations to Lambda's CPU: {self.root} is not a writable cgroup v1 "
+                              f"cpu controller ({exc.strerror or exc}); run as root, or pass --uncapped") from None
+
+    def _group(self) -> Path:
+        group = self.root / f"outbox-bench-{os.getpid()}-{next(self._names)}"
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(self.quota_us))
+        return group
+
+    def start(self, process: Any) -> None:
+        if not self.capped:
+            process.start()
+            return
+        import multiprocessing.resource_tracker
+
+        # Started outside the cgroup, so that it is not the one held.
+        multiprocessing.resource_tracker.ensure_running()
+        group = self._group()
+        tid = str(threading.get_native_id())
+        home = _thread_cpu_cgroup(self.root)
+        (group / "tasks").write_text(tid)  # cgroup v1 moves this thread alone
+        try:
+            process.start()
+        finally:
+            (home / "tasks").write_text(tid)
+        with self._lock:
+            self._groups[process.pid] = group
+
+    def release(self, process: Any) -> None:
+        """Once `process` has ended: its throttling counted, its cgroup removed."""
+        with self._lock:
+            group = self._groups.pop(getattr(process, "pid", None), None)
+        if group is None:
+            return
+        stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
+        with self._lock:
+            self._stats["processes"] += 1
+            self._stats["periods"] += int(stat.get("nr_periods", 0))
+            self._stats["throttled_periods"] += int(stat.get("nr_throttled", 0))
+            self._stats["throttled_seconds"] += int(stat.get("throttled_time", 0)) / 1e9
+        for _ in range(50):  # a process that just exited may still be leaving its cgroup
+            try:
+                group.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    def record(self) -> dict[str, Any]:
+        """What a section's results say of the CPU (and the counts start again)."""
+        with self._lock:
+            stats, self._stats = self._stats, {k: type(v)() for k, v in self._stats.items()}
+        out = {"function_memory_mb": self.memory_mb, "share": round(self.share, 3), "capped": self.capped,
+               "label": self.label()}
+        if self.capped:
+            out |= stats | {"throttled_seconds": round(stats["throttled_seconds"], 3)}
+        return out
+
+
+def _thread_cpu_cgroup(root: Path) -> Path:
+    """The cgroup of the `cpu` controller the calling thread is in."""
+    for line in Path("/proc/thread-self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return root / path.lstrip("/")
+    return root
+
+
+#: The CPU every section holds its invocation processes to (`python -m bench` sets it).
+CPU = LambdaCpu(template_function_memory_mb(), capped=False)
+
+
+def use(cpu: LambdaCpu) -> None:
+    global CPU
+    CPU = cpu
+
+
+def start(process: Any) -> None:
+    """Start a process that runs invocations (or the minimal loop) under the bench's CPU."""
+    CPU.start(process)
+
+
+def release(process: Any) -> None:
+    CPU.release(process)
