@@ -27,6 +27,11 @@ from .env import BenchEnv, machine_info
 
 SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "recovery",
             "growth", "memory", "ses", "sqs", "sns", "eventbridge")
+#: Sections whose invocations (and minimal loops) run in processes of their own, each held
+#: to Lambda's CPU at the function's memory; the others run in the bench's process, uncapped.
+HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "concurrency", "recovery")
+#: The template's bounds of FunctionMemoryMB.
+MEMORY_MB = (128, 10240)
 
 
 def _ints(value: str) -> list[int]:
@@ -138,43 +143,50 @@ def scheduler_model(quick: bool, *, start_jitter: float = 0.0, missed_runs: floa
                           timeout=timeout, lease=lease, margin=margin, seed=seed)
 
 
+def _memories(value: str | None) -> list[int]:
+    """`--function-memory-mb`: one memory, or several for a sweep (default: the template's)."""
+    from .lambda_model import template_function_memory_mb
+
+    if value is None:
+        return [template_function_memory_mb()]
+    low, high = MEMORY_MB
+    memories = _ints(value)
+    if any(not low <= v <= high for v in memories) or len(set(memories)) < len(memories):
+        raise click.BadParameter(f"expected distinct MB between {low:,} and {high:,} (the template's bounds), "
+                                 f"got {value!r}", param_hint="'--function-memory-mb'")
+    return memories
+
+
 def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix: str, keep: bool,
-                 out: Path, console: Console) -> dict[str, Any]:
+                 out: Path, console: Console, memories: list[int] | None = None,
+                 capped: bool = True) -> dict[str, Any]:
+    """Run `sections` at each memory of `memories` in turn (default: the template's); the
+    results keep the sections at the template's memory, or at the first one when it is not
+    among them, and with several memories a summary of each (`memory_sweep`)."""
+    from . import lambda_model
+
+    template_mb = lambda_model.template_function_memory_mb()
+    memories = memories or [template_mb]
+    cpus = [lambda_model.LambdaCpu(mb, capped=capped) for mb in memories]  # refused here, before any work
+    kept = template_mb if template_mb in memories else memories[0]
     results: dict[str, Any] = {}
+    sweep: list[dict[str, Any]] = []
     started = time.perf_counter()
     with BenchEnv.open(database_name=database_name, prefix=prefix, keep=keep) as env:
         results["machine"] = machine_info() | env.server_versions()
         results["command"] = "python -m bench " + " ".join(sys.argv[1:])
-        steps: dict[str, Callable[[], Any]] = {
-            "limit": lambda: _limit(env, cfg, console),
-            "drain": lambda: _drain(env, cfg, console),
-            "latency": lambda: _latency(env, cfg, console),
-            "ordering": lambda: _ordering(env, cfg, console),
-            "batches": lambda: _batches(env, cfg, console),
-            "baseline": lambda: _baseline(env, cfg, console),
-            "concurrency": lambda: _concurrency(env, cfg, console),
-            "recovery": lambda: _recovery(env, cfg, console),
-            "growth": lambda: _growth(env, cfg, console),
-            "memory": lambda: _memory(env, cfg, console),
-            "ses": lambda: _ses(env, cfg, console),
-            "sqs": lambda: _aws(env, cfg, console, "sqs"),
-            "sns": lambda: _aws(env, cfg, console, "sns"),
-            "eventbridge": lambda: _aws(env, cfg, console, "eventbridge"),
-            "feedback": lambda: _feedback(env, cfg, console),
-            "instructions": lambda: _instructions(env, cfg, console),
-            "phases": lambda: _phases(env, cfg, console),
-            "redis": lambda: _redis(env, cfg, console),
-        }
-        for name in sections:
-            console.print(f"[bold]{name}[/bold] …")
-            t = time.perf_counter()
-            load = _load_average()
-            started_at = results["machine"]["date"] if name == sections[0] else _now()
-            results[name] = steps[name]()
-            results[name]["section_seconds"] = round(time.perf_counter() - t, 1)
-            results[name]["started_at"] = started_at
-            results[name]["load_average_at_start"] = load
-            results[name]["run"] = results["machine"]["date"]
+        for cpu in cpus:
+            lambda_model.use(cpu)
+            if len(cpus) > 1:
+                console.print(f"[bold]{cpu.label()}[/bold]")
+            got = _run_each(env, cfg, sections, results["machine"]["date"], console)
+            if cpu.memory_mb == kept:
+                results.update(got)
+            if len(cpus) > 1:
+                sweep.append(report.sweep_entry(got, cpu.record()))
+        if sweep:
+            results["memory_sweep"] = {"run": results["machine"]["date"], "command": results["command"],
+                                       "sections": sections, "kept_mb": kept, "memories": sweep}
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     path = report.write(results, out)
     merged = report.json.loads(path.read_text())
@@ -183,6 +195,51 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
     if out.resolve() == report.LATEST.resolve():
         console.print(f"{report.write_docs(merged)} written from them")
     return merged
+
+
+def _run_each(env: BenchEnv, cfg: Config, sections: list[str], run: str, console: Console) -> dict[str, Any]:
+    """Each section once, at the CPU `lambda_model.use` set."""
+    from . import lambda_model
+
+    results: dict[str, Any] = {}
+    steps: dict[str, Callable[[], Any]] = {
+        "limit": lambda: _limit(env, cfg, console),
+        "drain": lambda: _drain(env, cfg, console),
+        "latency": lambda: _latency(env, cfg, console),
+        "ordering": lambda: _ordering(env, cfg, console),
+        "batches": lambda: _batches(env, cfg, console),
+        "baseline": lambda: _baseline(env, cfg, console),
+        "concurrency": lambda: _concurrency(env, cfg, console),
+        "recovery": lambda: _recovery(env, cfg, console),
+        "growth": lambda: _growth(env, cfg, console),
+        "memory": lambda: _memory(env, cfg, console),
+        "ses": lambda: _ses(env, cfg, console),
+        "sqs": lambda: _aws(env, cfg, console, "sqs"),
+        "sns": lambda: _aws(env, cfg, console, "sns"),
+        "eventbridge": lambda: _aws(env, cfg, console, "eventbridge"),
+        "feedback": lambda: _feedback(env, cfg, console),
+        "instructions": lambda: _instructions(env, cfg, console),
+        "phases": lambda: _phases(env, cfg, console),
+        "redis": lambda: _redis(env, cfg, console),
+    }
+    for name in sections:
+        console.print(f"[bold]{name}[/bold] …")
+        t = time.perf_counter()
+        load = _load_average()
+        started_at = _now()
+        lambda_model.CPU.record()  # counts start with the section
+        results[name] = steps[name]()
+        results[name]["section_seconds"] = round(time.perf_counter() - t, 1)
+        results[name]["started_at"] = started_at
+        results[name]["load_average_at_start"] = load
+        results[name]["run"] = run
+        results[name]["cpu"] = lambda_model.CPU.record() if name in HELD_SECTIONS else \
+            {"function_memory_mb": lambda_model.CPU.memory_mb, "capped": False,
+             "label": "uncapped (the handler runs in the bench's own process)"}
+        if name == "latency":  # its models are kept across runs: each says how it ran
+            for entry in results[name]["models"].values():
+                entry["cpu"] = results[name]["cpu"]
+    return results
 
 
 def _load_average() -> list[float] | None:
@@ -432,6 +489,13 @@ def _common(f: Callable) -> Callable:
                      "at most 4)."),
         click.option("--seed", type=SEED, default=None, metavar="N",
                      help="Latency: seed of the scheduler's random draws (default: a new one, recorded)."),
+        click.option("--function-memory-mb", default=None, metavar="MB[,MB...]",
+                     help="The function's memory: every process that runs invocations, and the minimal loop's, is "
+                     "held to Lambda's CPU share at it (memory / 1,769 MB of a core, at most the machine's). "
+                     "Default: the template's FunctionMemoryMB. Several (e.g. 512,1024,1769) run the sections at "
+                     "each in turn; the results keep the template's memory and a summary of each."),
+        click.option("--uncapped", is_flag=True,
+                     help="Hold no process to Lambda's CPU share (the figures are labelled uncapped)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
@@ -456,10 +520,17 @@ def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
     @_common
     def command(quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                 processes: str | None, rates: str | None, latency_seconds: float | None, streams: int,
-                database_name: str, prefix: str, keep: bool, out: Path, **scheduler: Any) -> None:
+                database_name: str, prefix: str, keep: bool, out: Path, function_memory_mb: str | None,
+                uncapped: bool, **scheduler: Any) -> None:
+        from .lambda_model import CpuCapError
+
         cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler)
-        merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
-                              out=out, console=_console())
+        try:
+            merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
+                                  out=out, console=_console(), memories=_memories(function_memory_mb),
+                                  capped=not uncapped)
+        except CpuCapError as exc:
+            raise click.ClickException(str(exc)) from None
         failed = [s for s in sections if isinstance(merged.get(s), dict) and not _checks_ok(merged[s])]
         if failed:
             raise click.ClickException(f"correctness check failed in: {', '.join(failed)}")

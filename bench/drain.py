@@ -9,7 +9,9 @@ with a trace context, interleaved, as a ratio (`compare_layouts`). `batches`: in
 process, until one claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
-excluded). Each invocation is the real handler (see `handler`). Per
+excluded). Each invocation is the real handler (see `handler`); drain-mode
+invocations run in container processes held to Lambda's CPU at the function's
+memory (`lambda_model.start`). Per
 invocation that claimed something, the database statements and Redis round
 trips are counted; they must not grow with the batch size.
 """
@@ -100,29 +102,55 @@ def one_invocation(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str
                    keys: int | None = None, edit: Any = None,
                    extra_env: dict[str, str | None] | None = None) -> dict[str, Any]:
     """One drain-mode invocation over a backlog of `n` (keyless, or over `keys` ordering keys;
-    each message `edit`ed when given), with `extra_env` on top of drain mode's."""
-    with relay(env, batch_size, timeout_seconds=600, extra_env={**DRAIN_ENV, **(extra_env or {})}) as r:
-        prepare_backlog(env, n, streams, keys, edit)
-        warm(r)
-        meter = CpuMeter(env.backend_pids(), env.redis)
-        with meter:
-            started = time.perf_counter()
-            result = r.invoke()
-            wall = time.perf_counter() - started
-        statements = r.statements.take()
-        trips = r.round_trips.take() if r.round_trips is not None else 0
+    each message `edit`ed when given), with `extra_env` on top of drain mode's, in a container
+    process of its own held to the bench's CPU (`lambda_model.start`)."""
+    from .concurrency import env_arguments, run_together
+
+    [got], _ = run_together(env, 1, _one_invocation, (env_arguments(env), batch_size,
+                                                      {**DRAIN_ENV, **(extra_env or {})}),
+                            n=n, streams=streams, keys=keys, edit=edit, what="relay")
     counts = env.counts()
     entries = sum(env.redis.xlen(s) for s in env.stream_names())
-    batches = max(1, result["batches"])
+    batches = max(1, got["batches"])
     return {
-        "batch_size": batch_size, "invocations": 1, "processes": 1, "messages": n, "delivered": result["delivered"],
-        "wall_seconds": round(wall, 3), "messages_per_second": round(result["delivered"] / wall, 1),
-        "batches": result["batches"], "statements_per_batch": round(statements / batches, 2),
-        "redis_round_trips_per_batch": round(trips / batches, 2),
-        "cpu_us_per_message": meter.per_message_us(result["delivered"]),
+        "batch_size": batch_size, "invocations": 1, "processes": 1, "messages": n, "delivered": got["delivered"],
+        "wall_seconds": round(got["wall"], 3), "messages_per_second": round(got["delivered"] / got["wall"], 1),
+        "batches": got["batches"], "statements_per_batch": round(got["statements"] / batches, 2),
+        "redis_round_trips_per_batch": round(got["trips"] / batches, 2),
+        "cpu_us_per_message": got["cpu_us_per_message"], "cold_start_seconds": round(got["cold_start_seconds"], 3),
         "check": {"rows_delivered": counts.get("delivered", 0), "stream_entries": entries,
-                  "ok": counts.get("delivered", 0) == n == result["delivered"] == entries},
+                  "ok": counts.get("delivered", 0) == n == got["delivered"] == entries},
     }
+
+
+def _one_invocation(ready: Any, go: Any, out: Any, env_args: dict[str, Any], batch_size: int,
+                    extra_env: dict[str, str | None]) -> None:
+    """The container of `one_invocation`: warm, then one invocation timed once `go` is set."""
+    from .concurrency import worker_env
+    from .lambda_model import process_age_seconds
+
+    env = worker_env(env_args)
+    try:
+        with relay(env, batch_size, timeout_seconds=600, extra_env=extra_env) as r:
+            cold_start = process_age_seconds()
+            ready.release()
+            go.wait()
+            warm(r)
+            meter = CpuMeter(env.backend_pids(), env.redis)
+            with meter:
+                started = time.perf_counter()
+                result = r.invoke()
+                wall = time.perf_counter() - started
+            out.put({"delivered": result["delivered"], "batches": result["batches"], "wall": wall,
+                     "statements": r.statements.take(),
+                     "trips": r.round_trips.take() if r.round_trips is not None else 0,
+                     "cpu_us_per_message": meter.per_message_us(result["delivered"]),
+                     "cold_start_seconds": cold_start, "error": None})
+    except BaseException as exc:  # report, never hang the parent
+        ready.release()
+        out.put({"delivered": 0, "error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        env.close()
 
 
 def batches(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:

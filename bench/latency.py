@@ -9,7 +9,8 @@ starts one every `period` seconds, punctually or as late within its slot as
 `start_jitter` allows, some runs missed, each after a cold start; a poller near
 its deadline with no newer one starts its successor itself through boto3 and an
 Invoke API stand-in on loopback (`lambda_model.InvokeApi`). Invocations beyond the
-reserved concurrency are throttled (`lambda_model.LocalLambda`).
+reserved concurrency are throttled (`lambda_model.LocalLambda`). Each container is
+held to Lambda's CPU at the function's memory (`lambda_model.start`).
 
 Lag is measured per message by the database and Redis clocks on this host:
 commit (the row's `created_at`) to stream entry (the entry id's milliseconds)
@@ -38,7 +39,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from . import payloads
+from . import lambda_model, payloads
 from .env import BenchEnv
 from .lambda_model import (
     FUNCTION_NAME,
@@ -239,11 +240,13 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
     crashed: list[str] = []
     threads: list[threading.Thread] = []
     try:
-        for p in (*containers, *producer_processes):
+        for p in containers:  # the function's containers; the producers are the application's
+            lambda_model.start(p)
+        for p in producer_processes:
             p.start()
         for _ in range(n_containers + n_producers):
-            if not ready.acquire(timeout=180):
-                raise RuntimeError("a latency-bench process did not start within 180 s")
+            if not ready.acquire(timeout=600):
+                raise RuntimeError("a latency-bench process did not start within 600 s")
 
         def collect() -> None:
             while not stop.is_set():
@@ -299,6 +302,8 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
             p.terminate()
         for p in (*containers, *producer_processes):
             p.join(timeout=10)
+        for p in containers:
+            lambda_model.release(p)
     return _measure(env, rate, seconds, outcomes, drained_after, model, t0, slots, lam, registry, stopped_at)
 
 

@@ -1,6 +1,7 @@
 """Recovery after a fleet-wide crash (docs/design.md, "Per-key ordering", its suspects; decision 0035).
 
-One fleet of `invocations` warm relay containers (processes), each running
+One fleet of `invocations` warm relay containers (processes, each held to
+Lambda's CPU at the function's memory: `lambda_model.start`), each running
 drain-mode invocations of the real handler back to back until one claims
 nothing, as `bench.concurrency` does, serves every pass of the section:
 
@@ -39,6 +40,8 @@ from outbox_relay.config import Settings
 from outbox_relay.models import Channel
 from outbox_relay.store import LeaseStore, lease_token
 
+from . import lambda_model
+from .concurrency import env_arguments
 from .drain import DRAIN_ENV, checkpoint
 from .env import BenchEnv
 
@@ -56,13 +59,10 @@ def _worker(ready: Any, commands: Any, out: Any, index: int, env_args: dict[str,
     """One container: warm once, then for each command a pass of invocations until one claims nothing."""
     import os
 
-    from outbox_tools.servers import Servers
-
+    from .concurrency import worker_env
     from .handler import relay
 
-    env = BenchEnv(Servers(env_args["database_url_admin"], env_args["redis_url"], "env", "env"),
-                   env_args["database_name"], env_args["prefix"], keep=True,
-                   admin_url=env_args["database_url_admin"], database_url=env_args["database_url"])
+    env = worker_env(env_args)
     try:
         with relay(env, batch_size, extra_env=DRAIN_ENV, timeout_seconds=TIMEOUT_SECONDS) as r:
             publisher = r.deps.publisher
@@ -109,9 +109,7 @@ class Fleet:
     def __init__(self, env: BenchEnv, k: int, batch_size: int) -> None:
         self.env, self.k, self.batch_size = env, k, batch_size
         self.ctx = mp.get_context("spawn")
-        self.env_args = {"database_url_admin": env.admin_url, "database_url": env.database_url,
-                         "redis_url": env.servers.redis_url, "database_name": env.database_name,
-                         "prefix": env.prefix}
+        self.env_args = env_arguments(env)
         self.out, self.ready = self.ctx.Queue(), self.ctx.Queue()
         self.procs: dict[int, Any] = {}
         self.commands: dict[int, Any] = {}
@@ -125,14 +123,14 @@ class Fleet:
         self.commands[index] = self.ctx.Queue()
         self.procs[index] = self.ctx.Process(target=_worker, daemon=True, args=(
             self.ready, self.commands[index], self.out, index, self.env_args, self.batch_size))
-        self.procs[index].start()
+        lambda_model.start(self.procs[index])
 
     def _wait_ready(self, indexes: Any) -> None:
         for _ in indexes:
             try:
-                self.ready.get(timeout=120)
+                self.ready.get(timeout=600)
             except queue.Empty:
-                raise RuntimeError("a relay container did not start within 120 s") from None
+                raise RuntimeError("a relay container did not start within 600 s") from None
 
     def run(self, *, poison: bool = False) -> tuple[list[dict[str, Any]], list[int], float]:
         """One pass: every container starts at once and invokes until an invocation claims
@@ -163,6 +161,7 @@ class Fleet:
             if self.procs[index].exitcode != POISON_EXIT:
                 raise RuntimeError(f"relay container died with exit status {self.procs[index].exitcode}")
             self.procs[index].join(timeout=30)
+            lambda_model.release(self.procs[index])
             self.replaced += 1
             self._start(index)
         self._wait_ready(killed)
@@ -176,6 +175,8 @@ class Fleet:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+                p.join(timeout=30)
+            lambda_model.release(p)
 
 
 def enqueue(env: BenchEnv, n: int, streams: tuple[str, ...], poison_at: int | None = None) -> None:

@@ -263,11 +263,18 @@ def write(results: dict[str, Any], path: Path = LATEST) -> Path:
     return path
 
 
+def _cpu_key(section: dict[str, Any]) -> tuple[Any, Any]:
+    cpu = section.get("cpu") or {}
+    return cpu.get("function_memory_mb"), cpu.get("capped")
+
+
 def limit_rate(results: dict[str, Any], section: dict[str, Any], processes: int = 1) -> float | None:
     """The minimal loop's msg/s with `processes` processes, when it was measured
-    in the same run as `section` (ratios across runs would compare two hosts)."""
+    in the same run as `section` and held to the same CPU (ratios across runs
+    would compare two hosts)."""
     limit = results.get("limit")
-    if not limit or not section or limit.get("run") is None or limit.get("run") != section.get("run"):
+    if not limit or not section or limit.get("run") is None or limit.get("run") != section.get("run") \
+            or _cpu_key(limit) != _cpu_key(section):
         return None
     for r in limit.get("runs", []):
         if r["processes"] == processes:
@@ -575,6 +582,70 @@ def _phases(results: dict[str, Any]) -> dict[str, Any] | None:
     return ph if ph and ph["steps"][1]["step"] == "claim, first row" else None
 
 
+def _seconds(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def sweep_entry(sections: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+    """What a memory sweep keeps of one memory's sections: the CPU, the minimal loop's and
+    drain mode's rates (one invocation at batch 1,000, or the largest, and two at once) and
+    the relay's cold start (the median of the drain runs')."""
+    entry: dict[str, Any] = {k: cpu[k] for k in ("function_memory_mb", "share", "capped", "label")}
+    limit, drain = sections.get("limit"), sections.get("drain")
+    if limit:
+        entry["limit"] = {str(r["processes"]): r["messages_per_second"] for r in limit["runs"]}
+    if drain:
+        one = max(drain["runs"], key=lambda r: (r["batch_size"] == 1000, r["batch_size"]))
+        starts = sorted(r["cold_start_seconds"] for r in [*drain["runs"], drain["two_invocations"]])
+        entry["drain"] = {"batch_size": one["batch_size"], "one": one["messages_per_second"],
+                          "two": drain["two_invocations"]["messages_per_second"],
+                          "cold_start_seconds": starts[len(starts) // 2],
+                          "throttled_periods": drain["cpu"].get("throttled_periods")}
+    for name in ("concurrency", "recovery"):
+        if name in sections:
+            entry[name] = {str(r["processes"] if name == "concurrency" else r["kind"]): r["messages_per_second"]
+                           for r in sections[name]["runs"]}
+    return entry
+
+
+def memory_sweep_lines(results: dict[str, Any]) -> list[str]:
+    """docs/benchmark.md's table of how drain mode's throughput and cold start grow with the
+    function's memory (the latest `--function-memory-mb` sweep)."""
+    sweep = results.get("memory_sweep")
+    rows = [e for e in (sweep or {}).get("memories", []) if "drain" in e]
+    if not rows:
+        return []
+    out = [f"How drain mode grows with the function's memory (`{sweep.get('command', 'python -m bench drain')}`; "
+           f"every process held to Lambda's CPU at each memory in turn, the minimal loop held alike; run "
+           f"{sweep['run']}); cold start: from a container process's fork to its first invocation done "
+           f"(imports, dependencies, connections), the median of the section's containers:", "",
+           "| function memory | CPU, cores | minimal loop msg/s | drain, one invocation msg/s | × minimal loop "
+           "| two at once msg/s | × minimal loop (2 processes) | two / one | cold start, s |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in rows:
+        d, loop = e["drain"], e.get("limit", {})
+        held = f"{e['share']:.2f}" + ("" if e["capped"] else " (uncapped)")
+        out.append(f"| {e['function_memory_mb']:,} MB | {held} | {_fmt(loop.get('1'))} | {_fmt(d['one'])} "
+                   f"| {ratio(d['one'], loop.get('1'))} | {_fmt(d['two'])} | {ratio(d['two'], loop.get('2'))} "
+                   f"| {ratio(d['two'], d['one'])} | {_seconds(d['cold_start_seconds'])} |")
+    return [*out, ""]
+
+
+def memory_growth(results: dict[str, Any]) -> str | None:
+    """One sentence for the README: drain mode's rate and cold start at each memory of the sweep."""
+    rows = [e for e in (results.get("memory_sweep") or {}).get("memories", []) if "drain" in e and e["capped"]]
+    if len(rows) < 2:
+        return None
+    return ("Held to Lambda's CPU at each memory, one drain-mode invocation delivers " + ", ".join(
+        f"{e['drain']['one']:,.0f} msg/s at {e['function_memory_mb']:,} MB ({e['share']:.2f} of a core; "
+        f"cold start {e['drain']['cold_start_seconds']:.1f} s)" for e in rows) + ".")
+
+
+def _held(section: dict[str, Any]) -> str:
+    """How the section's invocation processes ran: held to Lambda's CPU at a memory, or uncapped."""
+    return "; " + (section.get("cpu") or {}).get("label", "uncapped")
+
+
 def _when(section: dict[str, Any]) -> str:
     if not section.get("started_at"):
         return ""
@@ -642,25 +713,27 @@ def markdown(results: dict[str, Any]) -> str:
     limit = results.get("limit")
     if limit:
         out.append(f"The minimal loop ({limit['messages']:,} messages, batch {limit['batch_size']:,}"
-                   f"{_when(limit)}): " + ", ".join(
+                   f"{_held(limit)}{_when(limit)}): " + ", ".join(
                        f"{r['processes']} process{'es' if r['processes'] > 1 else ''} "
                        f"{r['messages_per_second']:,.0f} msg/s" for r in limit["runs"]) + ".")
         out.append("")
     drain = results.get("drain")
     if drain and drain.get("mode") == "drain":
         out.append(f"Drain mode, Redis channel ({drain['messages']:,} messages of about 1 KB, the real handler "
-                   f"with OUTBOX_MODE=drain, one invocation{_when(drain)}):")
+                   f"with OUTBOX_MODE=drain, one invocation{_held(drain)}{_when(drain)}):")
         out.append("")
         out.append("| invocations at once | batch | msg/s | × minimal loop (same processes) | batches "
-                   "| statements per batch | Redis round trips per batch |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+                   "| statements per batch | Redis round trips per batch | cold start, s |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         rows = [(r, limit_rate(results, drain)) for r in drain["runs"]]
         rows.append((drain["two_invocations"], limit_rate(results, drain, processes=2)))
         for r, reference in rows:
             out.append(f"| {r['processes']} | {r['batch_size']:,} | {r['messages_per_second']:,.0f} "
                        f"| {ratio(r['messages_per_second'], reference)} | {_fmt(r.get('batches'))} "
-                       f"| {_fmt(r.get('statements_per_batch'))} | {_fmt(r.get('redis_round_trips_per_batch'))} |")
+                       f"| {_fmt(r.get('statements_per_batch'))} | {_fmt(r.get('redis_round_trips_per_batch'))} "
+                       f"| {_seconds(r.get('cold_start_seconds'))} |")
         out.append("")
+    out += memory_sweep_lines(results)
     lat = results.get("latency")
     if lat:
         for entry in latency_models(lat):
@@ -670,7 +743,7 @@ def markdown(results: dict[str, Any]) -> str:
                        f"rate for {_fmt(entry.get('seconds'))} s in small transactions; lag from commit to stream "
                        f"entry, ms"
                        + ("" if legacy else "; seconds without a poller in the producer's time, from the registry "
-                          "and from when the bench's invocations ran") + f"{_when(entry)}):")
+                          "and from when the bench's invocations ran") + f"{_held(entry)}{_when(entry)}):")
             out.append("")
             out.append("| " + " | ".join(LATENCY_COLUMNS) + " |")
             out.append("|" + "---:|" * (len(LATENCY_COLUMNS) - 1) + "---|")
@@ -697,7 +770,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"Ordering keys (`python -m bench ordering`; {ordering['messages']:,} messages of about 1 KB, "
                    f"batch {ordering['batch_size']:,}, one drain-mode invocation, the keys drawn at random; "
                    f"median of {ordering['rounds']} interleaved rounds; every run checked in the stream: each "
-                   f"message once, each key's messages in enqueue order{_when(ordering)}):")
+                   f"message once, each key's messages in enqueue order{_held(ordering)}{_when(ordering)}):")
         out.append("")
         out.append("| keys | invocations at once | msg/s | × keyless | × one invocation | × minimal loop | batches "
                    "| out of order |")
@@ -712,7 +785,7 @@ def markdown(results: dict[str, Any]) -> str:
     if drain:
         reference = limit_rate(results, drain)
         out.append(f"Batch mode, Redis channel ({drain['messages']:,} messages of about 1 KB, one batch per "
-                   f"invocation, back to back{_when(drain)}):")
+                   f"invocation, back to back{_held(drain)}{_when(drain)}):")
         out.append("")
         out.append("| batch | msg/s | × minimal loop | statements per batch | Redis round trips per batch "
                    "| CPU µs/msg: relay process | PostgreSQL backend | Redis server | relay's GC µs/msg |")
@@ -738,7 +811,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append("")
     conc = results.get("concurrency")
     if conc:
-        out.append(f"Concurrency ({conc['messages']:,} messages, batch {conc['batch_size']:,}{_when(conc)}):")
+        out.append(f"Concurrency ({conc['messages']:,} messages, batch {conc['batch_size']:,}{_held(conc)}{_when(conc)}):")
         out.append("")
         out.append("| processes | msg/s | invocations | stream entries | distinct message ids | duplicates |")
         out.append("|---:|---:|---:|---:|---:|---:|")
@@ -755,7 +828,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"Recovery after a fleet-wide crash (`python -m bench recovery`; {rec['messages']:,} messages "
                    f"of about 1 KB, batch {rec['batch_size']:,}, {rec['invocations']} drain-mode invocations at "
                    f"once, each container invoking again until an invocation claims nothing; passes in the order "
-                   f"{', '.join(rec['order'])}, the median of each kind compared{_when(rec)}):")
+                   f"{', '.join(rec['order'])}, the median of each kind compared{_held(rec)}{_when(rec)}):")
         out.append("")
         out.append("| pass | s | msg/s | × drain | invocations | claims | statements per batch "
                    "| attempts of the delivered | stream entries | duplicates |")
@@ -810,7 +883,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"{_aws_title(section)} (`python -m bench {channel}`; drain mode, one invocation of the real "
                    f"handler; msg/s {_aws_rounds(section)}, as a ratio to the channel's "
                    f"minimal loop on the same moto server, which answers faster than AWS: the ratios are the "
-                   f"figures{_when(section)}):")
+                   f"figures{_held(section)}{_when(section)}):")
         out.append("")
         out.append("| variant | relay msg/s | minimal loop msg/s | × minimal loop | × Redis minimal loop | batches "
                    f"| {section['service']} calls per batch | entries per call | statements per batch "
@@ -843,7 +916,7 @@ def markdown(results: dict[str, Any]) -> str:
     fb = results.get("feedback")
     if fb:
         rec, send = fb["recording"], fb["send_path"]
-        out.append(f"SES feedback (`python -m bench feedback`{_when(fb)}): {rec['events_per_second']:,.1f} events "
+        out.append(f"SES feedback (`python -m bench feedback`{_held(fb)}{_when(fb)}): {rec['events_per_second']:,.1f} events "
                    f"recorded per second through the feedback handler, one SNS event per invocation "
                    f"({rec['events']:,} events, a tenth of them permanent bounces; {rec['redelivered']} redelivered, "
                    f"all duplicates, nothing changed). The SES relay on moto with the suppression list on "
@@ -857,7 +930,7 @@ def markdown(results: dict[str, Any]) -> str:
     if rd and rd.get("runs"):
         out.append(f"Redis as on AWS (`python -m bench redis`, servers of the section's own on loopback: a primary "
                    f"with a replica, and a cluster of 3 primaries with a replica each; drain mode, batch "
-                   f"{rd['batch_size']:,}, {rd['messages']:,} messages over {rd['streams']} streams{_when(rd)}):")
+                   f"{rd['batch_size']:,}, {rd['messages']:,} messages over {rd['streams']} streams{_held(rd)}{_when(rd)}):")
         out.append("")
         out.append("| topology | WAIT | msg/s | Redis round trips per batch |")
         out.append("|---|---:|---:|---:|")
@@ -882,7 +955,7 @@ def markdown(results: dict[str, Any]) -> str:
     if ph:
         out.append(f"Phases of one invocation (`python -m bench phases`; batch {ph['batch_size']:,}, "
                    f"{ph['messages']:,} messages, {ph['messages_per_second']:,.0f} msg/s with the hooks"
-                   f"{_when(ph)}), µs per message; in the claims of a full batch the first row arrived after "
+                   f"{_held(ph)}{_when(ph)}), µs per message; in the claims of a full batch the first row arrived after "
                    f"{_fmt(ph['claim_first_row_ms_median'])} ms and the statement returned "
                    f"{_fmt(ph['claim_rows_ms_median'])} ms later (medians); the claim's PostgreSQL CPU, "
                    f"for the whole statement, is on its first line:")
@@ -978,7 +1051,7 @@ def modes_table(results: dict[str, Any]) -> str:
         ("`drain`", f"{invocations:,}", (gb_s(idle_run) + " idle") if idle_run else "–",
          f"{1 / SCHEDULE_PERIOD_SECONDS:.3f}",
          f"up to {SCHEDULE_PERIOD_SECONDS} s (half of it on average)",
-         f"{_fmt(drained)} msg/s while a run lasts" if drained else "–"),
+         f"{_fmt(drained)} msg/s while a run lasts{_held(drain)}" if drained else "–"),
         ("`latency`", f"{invocations:,}" + (f" scheduled, {started * SECONDS_PER_MONTH:,.0f} started by pollers"
                                              if started else ""),
          "–" if pollers is None else (f"{SECONDS_PER_MONTH * pollers * FUNCTION_MEMORY_GB:,.0f} "
@@ -991,7 +1064,8 @@ def modes_table(results: dict[str, Any]) -> str:
                                                 if idle else ""),
          f"{lag(100)} at 100 msg/s, {lag(1000)} at 1,000 msg/s (p50 / p99)"
          + (f"; {without:g} s without a poller in {seconds:,.0f} s" if seconds else ""),
-         f"{top['offered_per_second']:,} msg/s sustained (the highest offered that was)" if top else "–"),
+         f"{top['offered_per_second']:,} msg/s sustained (the highest offered that was{_held(entry)})"
+         if top and entry else "–"),
     ]
     out = [MODES_BEGIN, "",
            "| mode | invocations a month | Lambda GB-seconds a month | statements a second when idle "
@@ -1001,7 +1075,8 @@ def modes_table(results: dict[str, Any]) -> str:
                 f"a {FUNCTION_TIMEOUT_SECONDS} s timeout, batch {BATCH_SIZE}); measured on this project's 2-core "
                 f"benchmark machine ([docs/benchmark.md](docs/benchmark.md)"
                 + ("" if entry is None else f"; latency mode {entry['label']}" + _when(entry)) + ")."
-                + ("" if aws_summary(results) is None else " " + aws_summary(results)), "",
+                + ("" if aws_summary(results) is None else " " + aws_summary(results))
+                + ("" if memory_growth(results) is None else " " + memory_growth(results)), "",
             MODES_END]
     return "\n".join(out)
 
