@@ -55,6 +55,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
+from . import lambda_model
 from .env import BenchEnv, process_cpu_seconds
 
 REGION = "us-east-1"
@@ -481,9 +482,10 @@ def _minimal_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, 
     setting = _destination(channel, client, variant)
     _prepare(env, channel, n, FIFO_KEYS if fifo else None)
     server.take()
-    cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
-    delivered, batches = drain_minimal(env, channel, client, setting, batch_size=batch_size, fifo=fifo)
-    wall = time.perf_counter() - started
+    with lambda_model.holding():
+        cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
+        delivered, batches = drain_minimal(env, channel, client, setting, batch_size=batch_size, fifo=fifo)
+        wall = time.perf_counter() - started
     client_cpu, cpu1 = time.process_time() - client0, server.cpu_seconds()
     record = server.take()
     violations, ids = _order_violations(env, record["accepted"])
@@ -515,7 +517,7 @@ def _relay_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, *,
         warm(r)
         counter = CallCounter(r.deps.publisher.client)
         server.take()
-        with _timed_outcome_writes() as writes:
+        with lambda_model.holding(), _timed_outcome_writes() as writes:
             cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
             result = r.invoke()
             wall = time.perf_counter() - started

@@ -22,6 +22,7 @@ from typing import Any
 import redis as redis_lib
 from sqlalchemy import create_engine, text
 
+from . import lambda_model
 from .counting import RoundTripCounter, StatementCounter
 from .env import BenchEnv, CpuMeter
 
@@ -90,7 +91,7 @@ def run_baseline(env: BenchEnv, *, n: int, streams: tuple[str, ...]) -> dict[str
         statements.take()
         trips.take()
         meter = CpuMeter(env.backend_pids("per-row-worker"), env.redis)
-        with meter:
+        with lambda_model.holding(), meter:
             started = time.perf_counter()
             moved = 0
             while worker.step():

@@ -27,9 +27,12 @@ from .env import BenchEnv, machine_info
 
 SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "recovery",
             "growth", "memory", "ses", "sqs", "sns", "eventbridge")
-#: Sections whose invocations (and minimal loops) run in processes of their own, each held
-#: to Lambda's CPU at the function's memory; the others run in the bench's process, uncapped.
-HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "concurrency", "recovery")
+#: Sections whose invocations (and minimal loops) are held to Lambda's CPU at the function's
+#: memory: in processes of their own, or the bench's process while their timed part runs.
+#: The others measure what the share does not change (memory, instructions, SES's send rate
+#: against moto in this process, the feedback handler's recording).
+HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency",
+                 "recovery", "sqs", "sns", "eventbridge", "redis")
 #: The template's bounds of FunctionMemoryMB.
 MEMORY_MB = (128, 10240)
 
@@ -150,7 +153,10 @@ def _memories(value: str | None) -> list[int]:
     if value is None:
         return [template_function_memory_mb()]
     low, high = MEMORY_MB
-    memories = _ints(value)
+    try:
+        memories = _ints(value)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="'--function-memory-mb'") from None
     if any(not low <= v <= high for v in memories) or len(set(memories)) < len(memories):
         raise click.BadParameter(f"expected distinct MB between {low:,} and {high:,} (the template's bounds), "
                                  f"got {value!r}", param_hint="'--function-memory-mb'")
@@ -234,8 +240,7 @@ def _run_each(env: BenchEnv, cfg: Config, sections: list[str], run: str, console
         results[name]["load_average_at_start"] = load
         results[name]["run"] = run
         results[name]["cpu"] = lambda_model.CPU.record() if name in HELD_SECTIONS else \
-            {"function_memory_mb": lambda_model.CPU.memory_mb, "capped": False,
-             "label": "uncapped (the handler runs in the bench's own process)"}
+            {"function_memory_mb": lambda_model.CPU.memory_mb, "capped": False, "label": "uncapped"}
         if name == "latency":  # its models are kept across runs: each says how it ran
             for entry in results[name]["models"].values():
                 entry["cpu"] = results[name]["cpu"]

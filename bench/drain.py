@@ -6,7 +6,8 @@ two processes (each then invokes again until an invocation claims nothing: a
 claim cut short by the other's concurrent claim may end an invocation with
 messages left); then the two entry layouts (OUTBOX_REDIS_FORMAT) on messages
 with a trace context, interleaved, as a ratio (`compare_layouts`). `batches`: invocations in batch mode back to back, in this
-process, until one claims nothing.
+process (held to Lambda's CPU while they run: `lambda_model.holding`), until one
+claims nothing.
 
 Messages/second = messages delivered / wall time of the drain loop (enqueue
 excluded). Each invocation is the real handler (see `handler`); drain-mode
@@ -24,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from . import lambda_model
 from .env import BenchEnv, CpuMeter
 from .handler import Relay, relay
 
@@ -160,7 +162,7 @@ def batches(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ...])
         invocations: list[tuple[int, int, int, int, float]] = []
         warm(r)
         meter = CpuMeter(env.backend_pids(), env.redis)
-        with meter, GcTimer() as gc_timer:
+        with lambda_model.holding(), meter, GcTimer() as gc_timer:
             started = time.perf_counter()
             while True:
                 result = r.invoke()

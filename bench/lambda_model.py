@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 #: The template's EventInvokeConfig of the relay functions: an event that could not
@@ -367,7 +368,7 @@ class LambdaCpu:
         self._names = itertools.count()
         self._groups: dict[int, Path] = {}
         self._lock = threading.Lock()
-        self._stats = {"processes": 0, "periods": 0, "throttled_periods": 0, "throttled_seconds": 0.0}
+        self._stats = {"cgroups": 0, "periods": 0, "throttled_periods": 0, "throttled_seconds": 0.0}
         if capped:
             self._check()
 
@@ -413,15 +414,33 @@ class LambdaCpu:
         with self._lock:
             self._groups[process.pid] = group
 
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """The bench's own process, every thread of it, held while the block runs: for the
+        sections whose handler (and minimal loop) run in this process, around their timed part."""
+        if not self.capped:
+            yield
+            return
+        group, pid = self._group(), str(os.getpid())
+        home = _thread_cpu_cgroup(self.root)
+        (group / "cgroup.procs").write_text(pid)
+        try:
+            yield
+        finally:
+            (home / "cgroup.procs").write_text(pid)
+            self._remove(group)
+
     def release(self, process: Any) -> None:
         """Once `process` has ended: its throttling counted, its cgroup removed."""
         with self._lock:
             group = self._groups.pop(getattr(process, "pid", None), None)
-        if group is None:
-            return
+        if group is not None:
+            self._remove(group)
+
+    def _remove(self, group: Path) -> None:
         stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
         with self._lock:
-            self._stats["processes"] += 1
+            self._stats["cgroups"] += 1
             self._stats["periods"] += int(stat.get("nr_periods", 0))
             self._stats["throttled_periods"] += int(stat.get("nr_throttled", 0))
             self._stats["throttled_seconds"] += int(stat.get("throttled_time", 0)) / 1e9
@@ -468,3 +487,8 @@ def start(process: Any) -> None:
 
 def release(process: Any) -> None:
     CPU.release(process)
+
+
+def holding() -> contextlib.AbstractContextManager[None]:
+    """The bench's process held to the bench's CPU for a block (`LambdaCpu.holding`)."""
+    return CPU.holding()

@@ -54,6 +54,7 @@ import pg8000.core
 from outbox_relay import store as store_module
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
+from . import lambda_model
 from .drain import prepare_backlog, warm
 from .env import BenchEnv, redis_cpu_seconds
 from .handler import relay
@@ -264,7 +265,7 @@ def run_phases(env: BenchEnv, *, n: int, batch_size: int, streams: tuple[str, ..
         redis0 = redis_cpu_seconds(env.redis)
         started = time.perf_counter()
         try:
-            with _hooks(clock):
+            with lambda_model.holding(), _hooks(clock):
                 while True:
                     clock.reset()
                     clock.mark("invoke")

@@ -28,6 +28,7 @@ from sqlalchemy import text
 
 from outbox_tools.redis_nodes import MissingServer, OwnCluster, RedisNode, replicated_pair
 
+from . import lambda_model
 from .drain import DRAIN_ENV, checkpoint, warm
 from .env import BenchEnv, percentile
 from .handler import relay
@@ -120,9 +121,10 @@ def _drain(env: BenchEnv, url: str, is_cluster: bool, wait: int, *, n: int, batc
     with relay(env, batch_size, timeout_seconds=600, extra_env=_relay_env(url, is_cluster, wait)) as r:
         _prepare(env, n, streams, flush)
         warm(r)
-        started = time.perf_counter()
-        result = r.invoke()
-        wall = time.perf_counter() - started
+        with lambda_model.holding():
+            started = time.perf_counter()
+            result = r.invoke()
+            wall = time.perf_counter() - started
         trips = r.round_trips.take() if r.round_trips is not None else None
     counts = env.counts()
     seen = count(_named(env, streams))

@@ -315,7 +315,8 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
                       f"load average at start {m.get('load_average_at_start')}, {m['date']}")
     limit = results.get("limit")
     if limit:
-        t = Table(title=f"The minimal loop: {limit['messages']:,} messages, batch {limit['batch_size']:,}")
+        t = Table(title=f"The minimal loop: {limit['messages']:,} messages, batch {limit['batch_size']:,}"
+                        f"{_held(limit)}")
         for col in ("processes", "msg/s", "wall s", "stream entries", "duplicates", "check"):
             t.add_column(col, justify="right")
         for r in limit["runs"]:
@@ -325,7 +326,7 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
         console.print(t)
     drain = results.get("drain")
     if drain and drain.get("mode") == "drain":
-        t = Table(title=f"Drain mode, Redis channel: {drain['messages']:,} messages, one invocation")
+        t = Table(title=f"Drain mode, Redis channel: {drain['messages']:,} messages, one invocation{_held(drain)}")
         for col in ("at once", "batch", "msg/s", "× limit", "batches", "stmts/batch", "redis RT/batch",
                     "CPU µs/msg client", "PostgreSQL", "Redis", "check"):
             t.add_column(col, justify="right")
@@ -582,6 +583,10 @@ def _phases(results: dict[str, Any]) -> dict[str, Any] | None:
     return ph if ph and ph["steps"][1]["step"] == "claim, first row" else None
 
 
+def _rate(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.0f}"
+
+
 def _seconds(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}"
 
@@ -625,8 +630,8 @@ def memory_sweep_lines(results: dict[str, Any]) -> list[str]:
     for e in rows:
         d, loop = e["drain"], e.get("limit", {})
         held = f"{e['share']:.2f}" + ("" if e["capped"] else " (uncapped)")
-        out.append(f"| {e['function_memory_mb']:,} MB | {held} | {_fmt(loop.get('1'))} | {_fmt(d['one'])} "
-                   f"| {ratio(d['one'], loop.get('1'))} | {_fmt(d['two'])} | {ratio(d['two'], loop.get('2'))} "
+        out.append(f"| {e['function_memory_mb']:,} MB | {held} | {_rate(loop.get('1'))} | {_rate(d['one'])} "
+                   f"| {ratio(d['one'], loop.get('1'))} | {_rate(d['two'])} | {ratio(d['two'], loop.get('2'))} "
                    f"| {ratio(d['two'], d['one'])} | {_seconds(d['cold_start_seconds'])} |")
     return [*out, ""]
 

@@ -14,11 +14,15 @@ import pytest
 from bench import report
 from bench.lambda_model import (
     FUNCTION_NAME,
+    CpuCapError,
     InvokeApi,
+    LambdaCpu,
     LocalLambda,
     SchedulerModel,
     aws_environment,
+    cpu_share,
     plan_slots,
+    template_function_memory_mb,
     uncovered,
 )
 
@@ -122,3 +126,61 @@ def test_a_latency_section_from_before_the_registry_reads_as_the_punctual_model(
     new = {"models": {"jitter 60 s, missed 0.1, cold start 1 s": _entry("jitter 60 s, missed 0.1, cold start 1 s",
                                                                         "b")}}
     assert set(report.merge_latency(legacy, new)["models"]) == {"punctual", "jitter 60 s, missed 0.1, cold start 1 s"}
+
+
+def test_lambdas_cpu_share_is_memory_over_1769_mb_at_most_the_machines_cores():
+    assert round(cpu_share(512), 3) == 0.289
+    assert cpu_share(1769) == 1.0
+    assert round(cpu_share(4096, cores=8), 3) == 2.315
+    assert cpu_share(4096, cores=2) == 2
+    assert cpu_share(4096) == min(4096 / 1769, os.cpu_count())
+    held = LambdaCpu(1024, capped=False)
+    assert held.quota_us == 57_886 and held.record() == {
+        "function_memory_mb": 1024, "share": 0.579, "capped": False,
+        "label": "uncapped (not held to Lambda's CPU at 1,024 MB (0.58 of a core))"}
+
+
+def test_the_default_memory_is_the_templates_function_memory():
+    from support.template import TemplateModel
+
+    parameters = TemplateModel(every_condition=True).doc["Parameters"]
+    assert template_function_memory_mb() == parameters["FunctionMemoryMB"]["Default"]
+
+
+def test_without_a_writable_cgroup_the_bench_refuses_in_one_line(tmp_path):
+    with pytest.raises(CpuCapError) as refused:
+        LambdaCpu(512, root=tmp_path / "no-cpu-controller")
+    assert "\n" not in str(refused.value) and "--uncapped" in str(refused.value)
+
+
+@pytest.mark.parametrize("value", ["64", "512,512", "twelve", "20000"])
+def test_a_function_memory_outside_the_templates_bounds_is_refused_naming_the_option(tmp_path, value):
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    out = tmp_path / "latest.json"
+    got = CliRunner().invoke(main, ["drain", "--function-memory-mb", value, "--out", str(out)])
+    assert got.exit_code == 2 and "--function-memory-mb" in got.output and "Traceback" not in got.output
+    assert not out.exists()
+
+
+def test_a_memory_sweep_renders_how_drain_grows_with_memory():
+    def section(mb: float, one: float, two: float, cold: float) -> dict:
+        cpu = LambdaCpu(mb, capped=False).record() | {"capped": True, "label": f"held at {mb}"}
+        runs = [{"batch_size": 100, "messages_per_second": one / 2, "cold_start_seconds": cold + 1},
+                {"batch_size": 1000, "messages_per_second": one, "cold_start_seconds": cold}]
+        return report.sweep_entry({"limit": {"runs": [{"processes": 1, "messages_per_second": 2 * one},
+                                                      {"processes": 2, "messages_per_second": 3 * one}]},
+                                   "drain": {"runs": runs, "two_invocations": {"messages_per_second": two,
+                                                                               "cold_start_seconds": cold},
+                                             "cpu": cpu}}, cpu)
+
+    results = {"memory_sweep": {"run": "2026-01-01T00:00:00+00:00", "command": "python -m bench drain",
+                                "memories": [section(512, 1000, 1500, 4.0), section(1769, 3000, 4000, 1.5)]}}
+    lines = report.memory_sweep_lines(results)
+    assert lines[4] == "| 512 MB | 0.29 | 2,000 | 1,000 | 0.50× | 1,500 | 0.50× | 1.50× | 4.00 |"
+    assert lines[5] == "| 1,769 MB | 1.00 | 6,000 | 3,000 | 0.50× | 4,000 | 0.44× | 1.33× | 1.50 |"
+    assert report.memory_growth(results) == (
+        "Held to Lambda's CPU at each memory, one drain-mode invocation delivers 1,000 msg/s at 512 MB (0.29 of "
+        "a core; cold start 4.0 s), 3,000 msg/s at 1,769 MB (1.00 of a core; cold start 1.5 s).")
