@@ -623,27 +623,34 @@ def memory_sweep_lines(results: dict[str, Any]) -> list[str]:
     out = [f"How drain mode grows with the function's memory (`{sweep.get('command', 'python -m bench drain')}`; "
            f"every process held to Lambda's CPU at each memory in turn, the minimal loop held alike; run "
            f"{sweep['run']}); cold start: from a container process's fork to its first invocation done "
-           f"(imports, dependencies, connections), the median of the section's containers:", "",
+           f"(imports, dependencies, connections), the median of the section's containers; throttled: the "
+           f"100 ms periods in which the kernel held the drain section's processes to their share (few where "
+           f"the machine's other load, not the share, limited them):", "",
            "| function memory | CPU, cores | minimal loop msg/s | drain, one invocation msg/s | × minimal loop "
-           "| two at once msg/s | × minimal loop (2 processes) | two / one | cold start, s |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| two at once msg/s | × minimal loop (2 processes) | two / one | cold start, s | throttled |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in rows:
         d, loop = e["drain"], e.get("limit", {})
         held = f"{e['share']:.2f}" + ("" if e["capped"] else " (uncapped)")
         out.append(f"| {e['function_memory_mb']:,} MB | {held} | {_rate(loop.get('1'))} | {_rate(d['one'])} "
                    f"| {ratio(d['one'], loop.get('1'))} | {_rate(d['two'])} | {ratio(d['two'], loop.get('2'))} "
-                   f"| {ratio(d['two'], d['one'])} | {_seconds(d['cold_start_seconds'])} |")
+                   f"| {ratio(d['two'], d['one'])} | {_seconds(d['cold_start_seconds'])} "
+                   f"| {_fmt(d.get('throttled_periods'))} |")
     return [*out, ""]
 
 
 def memory_growth(results: dict[str, Any]) -> str | None:
     """One sentence for the README: drain mode's rate and cold start at each memory of the sweep."""
-    rows = [e for e in (results.get("memory_sweep") or {}).get("memories", []) if "drain" in e and e["capped"]]
+    sweep = results.get("memory_sweep") or {}
+    rows = [e for e in sweep.get("memories", []) if "drain" in e and e["capped"]]
     if len(rows) < 2:
         return None
+    drain = results.get("drain") or {}
+    load = drain.get("load_average_at_start") if drain.get("run") == sweep.get("run") else None
     return ("Held to Lambda's CPU at each memory, one drain-mode invocation delivers " + ", ".join(
         f"{e['drain']['one']:,.0f} msg/s at {e['function_memory_mb']:,} MB ({e['share']:.2f} of a core; "
-        f"cold start {e['drain']['cold_start_seconds']:.1f} s)" for e in rows) + ".")
+        f"cold start {e['drain']['cold_start_seconds']:.1f} s)" for e in rows)
+        + f" (run {sweep['run']}" + ("" if load is None else f", load average {load}") + ").")
 
 
 def _held(section: dict[str, Any]) -> str:

@@ -179,8 +179,9 @@ def test_a_memory_sweep_renders_how_drain_grows_with_memory():
     results = {"memory_sweep": {"run": "2026-01-01T00:00:00+00:00", "command": "python -m bench drain",
                                 "memories": [section(512, 1000, 1500, 4.0), section(1769, 3000, 4000, 1.5)]}}
     lines = report.memory_sweep_lines(results)
-    assert lines[4] == "| 512 MB | 0.29 | 2,000 | 1,000 | 0.50× | 1,500 | 0.50× | 1.50× | 4.00 |"
-    assert lines[5] == "| 1,769 MB | 1.00 | 6,000 | 3,000 | 0.50× | 4,000 | 0.44× | 1.33× | 1.50 |"
+    assert lines[4] == "| 512 MB | 0.29 | 2,000 | 1,000 | 0.50× | 1,500 | 0.50× | 1.50× | 4.00 | – |"
+    assert lines[5] == "| 1,769 MB | 1.00 | 6,000 | 3,000 | 0.50× | 4,000 | 0.44× | 1.33× | 1.50 | – |"
     assert report.memory_growth(results) == (
         "Held to Lambda's CPU at each memory, one drain-mode invocation delivers 1,000 msg/s at 512 MB (0.29 of "
-        "a core; cold start 4.0 s), 3,000 msg/s at 1,769 MB (1.00 of a core; cold start 1.5 s).")
+        "a core; cold start 4.0 s), 3,000 msg/s at 1,769 MB (1.00 of a core; cold start 1.5 s) "
+        "(run 2026-01-01T00:00:00+00:00).")
