@@ -1,0 +1,91 @@
+"""Every Python snippet in README.md and docs/ against the package: each compiles,
+each of its imports runs, and each call of a function it imports from the project
+binds to that function's signature. A doc and the package cannot disagree on a
+name. The snippets write to an application's own database (its `engine`, its
+`orders`), so they are not run whole; the examples in examples/ are
+(tests/e2e/test_examples.py)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from outbox_relay import __all__ as exported
+from outbox_relay.publishers.registry import CHANNELS
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = ("outbox_relay", "outbox_tools", "outbox_migrations")
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+_HEREDOC = re.compile(r"python3? - <<'(\w+)'\n(.*?)^\1$", re.M | re.S)
+_DASH_C = re.compile(r"`python3? -c '([^']*)'`", re.S)
+
+
+def snippets() -> list[tuple[str, str]]:
+    """(where, source) of every Python snippet: ```python fences, `python - <<'PY'`
+    heredocs in shell fences, and `python -c '…'` code spans."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        name = doc.relative_to(ROOT).as_posix()
+
+        def where(pos: int) -> str:
+            return f"{name}:{text.count(chr(10), 0, pos) + 1}"  # noqa: B023 - used at once
+
+        for fence in _FENCE.finditer(text):
+            if fence.group(1) in ("python", "py"):
+                found.append((where(fence.start()), fence.group(2)))
+            elif fence.group(1) in ("sh", "bash", "console"):
+                found += [(where(fence.start(2) + h.start()), h.group(2)) for h in _HEREDOC.finditer(fence.group(2))]
+        fences = [range(*f.span()) for f in _FENCE.finditer(text)]
+        # A code span's line breaks are spaces in the rendered text a reader copies.
+        found += [(where(c.start()), " ".join(c.group(1).split("\n"))) for c in _DASH_C.finditer(text)
+                  if not any(c.start() in f for f in fences)]
+    return found
+
+
+SNIPPETS = snippets()
+
+
+def test_the_docs_have_the_snippets_this_checks():
+    # The producer API of each AWS channel is shown in docs/channels.md: a parser that
+    # found nothing would pass every test below.
+    calls = {node.func.id for _, source in SNIPPETS for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert {"enqueue_event", "enqueue_email", "enqueue_sqs", "enqueue_sns", "enqueue_eventbridge"} <= calls
+
+
+@pytest.mark.parametrize(("where", "source"), SNIPPETS, ids=[w for w, _ in SNIPPETS])
+def test_the_snippet_compiles_its_imports_run_and_its_calls_bind(where, source):
+    # Given the snippet, as a reader copies it
+    tree = ast.parse(compile(source, where, "exec", ast.PyCF_ONLY_AST))
+
+    # When each of its imports runs
+    namespace: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            exec(compile(ast.Module([node], type_ignores=[]), where, "exec"), namespace)
+
+    # Then every call of a project function names only arguments it takes
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        function = namespace.get(node.func.id)
+        if not callable(function) or not getattr(function, "__module__", "").startswith(PROJECT):
+            continue
+        keywords = {k.arg: None for k in node.keywords if k.arg is not None}
+        try:
+            inspect.signature(function).bind(*[None] * len(node.args), **keywords)
+        except TypeError as exc:
+            pytest.fail(f"{where}: {node.func.id}(…) line {node.lineno}: {exc}")
+
+
+def test_every_channels_producer_function_is_exported_from_the_package():
+    producers = {spec.producer for spec in CHANNELS}
+    assert producers <= set(exported)
+    package = importlib.import_module("outbox_relay")
+    assert all(callable(getattr(package, name)) for name in exported)
