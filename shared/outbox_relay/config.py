@@ -9,12 +9,14 @@ counts as unset (template.yaml declares some variables empty so that
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
+import os
 import re
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Mapping
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
@@ -30,6 +32,11 @@ SERVICE_NAME = "outbox-relay"
 # CloudWatch namespaces: 1-255 of these characters, not starting with ':' ("Amazon
 # CloudWatch concepts", Namespaces); one it refuses loses every EMF metric silently.
 _NAMESPACE_RE = re.compile(r"[0-9A-Za-z.\-_/#: ]{1,255}")
+_INT = re.compile(r"-?[0-9]+")
+#: OUTBOX_ variables that are not settings but are read elsewhere in the project: the
+#: `outbox` command's servers, and the test suite's own (OUTBOX_TEST_*).
+OTHER_VARIABLES = frozenset({"OUTBOX_SERVERS"})
+OTHER_PREFIX = "OUTBOX_TEST_"
 
 
 class SdkEnvironment(BaseSettings):
@@ -194,6 +201,18 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
     retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_as_written(cls, v: object, info: ValidationInfo) -> object:
+        # Strict numbers (decision 0057): pydantic would read "5.0" and " 5 " as 5, and "5_0" as 50.
+        if isinstance(v, str):
+            annotation = cls.model_fields[info.field_name].annotation
+            if annotation is int and not _INT.fullmatch(v):
+                raise ValueError("must be a valid integer, written in digits alone (e.g. 500)")
+            if annotation in (float, float | None) and (v != v.strip() or "_" in v):
+                raise ValueError("must be a number without spaces or underscores, e.g. 2.5")
+        return v
+
     @property
     def effective_successor_lead_seconds(self) -> float:
         """OUTBOX_SUCCESSOR_LEAD_SECONDS; its default is cut to half a poller's time when that is shorter."""
@@ -214,7 +233,9 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
                 f"OUTBOX_DEADLINE_MARGIN_SECONDS ({self.deadline_margin_seconds:g}s) must be shorter than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered"
             )
-        if self.relays and "successor_lead_seconds" in self.model_fields_set and \
+        # The poller TTL and the successor lead are read by latency mode alone (decision 0057).
+        polls = self.relays and self.mode is Mode.LATENCY
+        if polls and "successor_lead_seconds" in self.model_fields_set and \
                 self.successor_lead_seconds * 2 > self.function_timeout_seconds - self.deadline_margin_seconds:
             # A poller must poll longer than the lead, or each would start its successor at once.
             raise ValueError(
@@ -222,7 +243,7 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS minus OUTBOX_DEADLINE_MARGIN_SECONDS "
                 f"({self.function_timeout_seconds:g}s - {self.deadline_margin_seconds:g}s), or every poller "
                 "starts its successor soon after it starts")
-        if self.relays and self.poller_ttl_seconds >= self.lease_seconds:
+        if polls and self.poller_ttl_seconds >= self.lease_seconds:
             raise ValueError(f"OUTBOX_POLLER_TTL_SECONDS ({self.poller_ttl_seconds:g}s) must be shorter than "
                              f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s)")
         if self.poll_max_interval_seconds < self.poll_interval_seconds:
@@ -287,7 +308,35 @@ def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
     return _load(MaintenanceSettings, overrides)  # type: ignore[return-value]
 
 
+def variables() -> frozenset[str]:
+    """Every environment variable the settings read."""
+    names = set()
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(choice) for choice in alias.choices)
+        else:
+            names.add(alias if isinstance(alias, str) else f"OUTBOX_{name.upper()}")
+    return frozenset(names)
+
+
+def check_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse an OUTBOX_ variable that no setting reads (decision 0057): a misspelt
+    one would leave its setting at the default without a word. Names the closest
+    setting when one is near. Raises `ConfigurationError`."""
+    known = variables() | OTHER_VARIABLES
+    for name in sorted(os.environ if environ is None else environ):
+        upper = name.upper()  # the settings read their variables in any case
+        if upper.startswith("OUTBOX_") and upper not in known and not upper.startswith(OTHER_PREFIX):
+            # Compared without the prefix, which every candidate shares.
+            close = difflib.get_close_matches(upper[7:], sorted(k[7:] for k in known if k.startswith("OUTBOX_")),
+                                              n=1, cutoff=0.5)
+            hint = f"did you mean OUTBOX_{close[0]}?" if close else "docs/configuration.md lists them"
+            raise ConfigurationError(name, f"is not a setting ({hint}); rename or remove it")
+
+
 def _load(cls: type[Settings], overrides: dict[str, object]) -> Settings:
+    check_unknown_variables()
     try:
         return cls(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

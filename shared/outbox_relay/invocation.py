@@ -4,10 +4,9 @@ run one invocation in the configured mode, emit metrics and return the summary."
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from . import observability as obs
 from .errors import ConfigurationError, InvalidEventError
@@ -16,33 +15,20 @@ from .models import Channel, Mode
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
 from .publishers.base import Deadline
 from .runtime import Dependencies
+from .schedule import ScheduledEvent
 from .store import lease_token
 from .summary import COUNTERS, Summary
 
 
-class ScheduleEvent(BaseModel):
-    """The event a schedule sends. Two shapes are accepted:
+class ScheduleEvent(ScheduledEvent):
+    """The event a schedule sends to a relay (`schedule.ScheduledEvent`), with
+    `channel`. A `channel` that differs from the function's OUTBOX_CHANNEL is
+    refused (a misrouted schedule)."""
 
-    - EventBridge Scheduler (`AWS::Scheduler::Schedule`, the template's
-      `ScheduleV2`), whose `Input` we define: `source`, `channel` and the
-      Scheduler context attributes `scheduledTime`, `scheduleArn`, `executionId`;
-    - an EventBridge rule's "Scheduled Event" (`detail-type`, `source`
-      `aws.events`, `time`, `resources`).
-
-    Unknown fields are ignored. A `channel` that differs from the function's
-    OUTBOX_CHANNEL is refused (a misrouted schedule)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    source: str | None = None
     channel: Channel | None = None
-    detail_type: str | None = Field(default=None, alias="detail-type")
-    time: datetime | None = None
-    scheduled_time: str | None = Field(default=None, alias="scheduledTime")
-    schedule_arn: str | None = Field(default=None, alias="scheduleArn")
-    execution_id: str | None = Field(default=None, alias="executionId")
-    #: A latency-mode poller that started this invocation as its successor (its lease token).
+    #: A latency-mode poller that started this invocation as its successor (its lease token), and why.
     predecessor: str | None = Field(default=None, max_length=200)
+    reason: str | None = None
 
 
 def check_timeout(deps: Dependencies, context: Any) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
@@ -36,6 +35,7 @@ from .models import Channel, ErrorClass
 from .operations.purge import PurgeResult, purge
 from .operations.redrive import RedriveSelection, redrive
 from .operations.stats import Backlog, backlog
+from .schedule import ScheduledEvent
 
 #: Purge batches are not started when fewer seconds than this remain in the
 #: invocation (at least the relay's deadline margin): the backlog query and the
@@ -43,22 +43,12 @@ from .operations.stats import Backlog, backlog
 MIN_RESERVE_SECONDS = 10.0
 
 
-class ScheduledRun(BaseModel):
-    """The schedule's event. Two shapes are accepted, as for the relay:
-    EventBridge Scheduler with the template's `Input` (`action`
-    ``maintenance``, `source`, `scheduledTime`, `scheduleArn`, `executionId`),
-    or an EventBridge rule's "Scheduled Event". Unknown fields are ignored;
+class ScheduledRun(ScheduledEvent):
+    """The schedule's event (`schedule.ScheduledEvent`): the template's `Input`
+    (`action` ``maintenance``) or an EventBridge rule's "Scheduled Event".
     `action`, when present, must be ``maintenance``."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
     action: Literal["maintenance"] = "maintenance"
-    source: str | None = None
-    detail_type: str | None = Field(default=None, alias="detail-type")
-    time: datetime | None = None
-    scheduled_time: str | None = Field(default=None, alias="scheduledTime")
-    schedule_arn: str | None = Field(default=None, alias="scheduleArn")
-    execution_id: str | None = Field(default=None, alias="executionId")
 
 
 class RedriveRequest(BaseModel):

@@ -57,6 +57,8 @@ SQS = {**_AWS, "OUTBOX_CHANNEL": "sqs", "OUTBOX_SQS_QUEUE_URL": "https://sqs.us-
 SNS = {**_AWS, "OUTBOX_CHANNEL": "sns", "OUTBOX_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:t"}
 EVENTBRIDGE = {**_AWS, "OUTBOX_CHANNEL": "eventbridge"}
 NO_URL = {"DATABASE_URL": None}
+#: Latency mode, whose pollers read OUTBOX_POLLER_TTL_SECONDS and OUTBOX_SUCCESSOR_LEAD_SECONDS (decision 0057).
+LATENCY = {"OUTBOX_MODE": "latency"}
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,12 @@ ENV: dict[str, list[Bad]] = {
                                          env={"OUTBOX_REDIS_WAIT_REPLICAS": "1"})],
     "OUTBOX_REDIS_MEMORY_HIGH": [Bad("nan", "finite")],
     "OUTBOX_REDIS_OOM_BACKOFF_SECONDS": [Bad("-1", "greater than or equal to 0")],
-    "OUTBOX_BATCH_SIZE": [Bad("0", "greater than or equal to 1"), Bad("lots", "valid integer")],
+    "OUTBOX_BATCH_SIZE": [Bad("0", "greater than or equal to 1"), Bad("lots", "valid integer"),
+                          # Numbers as written (decision 0057): not read as 5
+                          Bad("5.0", "valid integer"), Bad(" 5 ", "valid integer")],
     "OUTBOX_BATCH_MAX_BYTES": [Bad("1", "greater than or equal to 65536")],
-    "OUTBOX_LEASE_SECONDS": [Bad("30", "must be longer than OUTBOX_FUNCTION_TIMEOUT_SECONDS"), Bad("inf", "finite")],
+    "OUTBOX_LEASE_SECONDS": [Bad("30", "must be longer than OUTBOX_FUNCTION_TIMEOUT_SECONDS"), Bad("inf", "finite"),
+                             Bad(" 130 ", "without spaces"), Bad("1_30", "underscores")],
     "OUTBOX_FUNCTION_TIMEOUT_SECONDS": [Bad("1000", "less than or equal to 900"), Bad("0", "greater than 0")],
     "OUTBOX_DEADLINE_MARGIN_SECONDS": [Bad("70", "must be shorter"), Bad("-1", "greater than or equal to 0")],
     "OUTBOX_MAX_ATTEMPTS": [Bad("0", "greater than or equal to 1")],
@@ -162,8 +167,16 @@ ENV: dict[str, list[Bad]] = {
     "OUTBOX_POLL_INTERVAL_SECONDS": [Bad("0", "greater than or equal to 0.01"), Bad("nan", "finite")],
     "OUTBOX_POLL_MAX_INTERVAL_SECONDS": [Bad("0.05", "OUTBOX_POLL_INTERVAL_SECONDS"), Bad("61", "less than or equal")],
     "OUTBOX_POLLER_TTL_SECONDS": [Bad("0", "greater than or equal to 1"), Bad("x", "valid number"),
-                                  Bad("nan", "finite")],
-    "OUTBOX_SUCCESSOR_LEAD_SECONDS": [Bad("0", "greater than or equal to 1"), Bad("400", "at most half")],
+                                  Bad("nan", "finite"),
+                                  Bad("5", "shorter than OUTBOX_LEASE_SECONDS", env={**LATENCY,
+                                      "OUTBOX_LEASE_SECONDS": "3", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": "2",
+                                      "OUTBOX_DEADLINE_MARGIN_SECONDS": "1"})],
+    "OUTBOX_SUCCESSOR_LEAD_SECONDS": [Bad("0", "greater than or equal to 1"),
+                                      Bad("400", "at most half", env=LATENCY)],
+    # A variable no setting reads (decision 0057): a misspelt one names the setting it is near
+    "OUTBOX_BATCH_SIZ": [Bad("5", "did you mean OUTBOX_BATCH_SIZE?")],
+    "outbox_ordering_on_death": [Bad("block", "did you mean OUTBOX_ORDERING_ON_DEAD?")],
+    "OUTBOX_TURBO": [Bad("1", "is not a setting")],
     "OUTBOX_SELF_INVOKE": [Bad("maybe", "true or false")],
     "AWS_LAMBDA_FUNCTION_NAME": [Bad("my function", "should match pattern")],
     "OUTBOX_METRICS_INTERVAL_SECONDS": [Bad("0", "greater than or equal to 1")],
@@ -318,6 +331,7 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(("relay",), "--event", files["binary"], "--event"),
         BadOption(("relay",), "--event", files["a_list"], "--event"),
         BadOption(("relay",), "--event", files["bad_channel"], "--event: channel"),
+        BadOption(("relay",), "--event", files["unknown_field"], "--event: mode"),
         BadOption(("relay",), "--event", files["redrive_typo"], "--event: chanel", extra=("--function", "maintenance")),
         BadOption(("relay",), "--event", files["redrive_yes"], "--event: all", extra=("--function", "maintenance")),
         BadOption(("relay",), "--event", files["empty"], "--event: RequestType", extra=("--function", "migrate")),
@@ -432,11 +446,12 @@ def _files(directory: Path) -> dict[str, str]:
     (directory / "redrive-typo.json").write_text('{"action": "redrive", "chanel": "redis"}')
     (directory / "redrive-yes.json").write_text('{"action": "redrive", "all": "yes"}')
     (directory / "empty.json").write_text("{}")
+    (directory / "unknown-field.json").write_text('{"source": "outbox.scheduler", "mode": "turbo"}')
     return {"missing": str(directory / "missing.json"), "binary": str(directory / "binary.json"),
             "directory": str(directory / "a-directory"), "deep": str(directory / "deep.json"),
             "not_json": str(directory / "not-json.json"), "a_list": str(directory / "a-list.json"),
             **{name.replace("-", "_"): str(directory / f"{name}.json")
-               for name in ("bad-channel", "redrive-typo", "redrive-yes", "empty")}}
+               for name in ("bad-channel", "redrive-typo", "redrive-yes", "empty", "unknown-field")}}
 
 
 @dataclass
@@ -583,7 +598,8 @@ def test_a_bad_environment_variable_is_named_and_nothing_is_written(place, varia
 
 def _option_rows():
     return _bad_options({k: f"<{k}>" for k in ("missing", "binary", "directory", "deep", "not_json", "a_list",
-                                                "bad_channel", "redrive_typo", "redrive_yes", "empty")})
+                                                "bad_channel", "redrive_typo", "redrive_yes", "empty",
+                                                "unknown_field")})
 
 
 @pytest.mark.parametrize("index", range(len(_option_rows())),

@@ -236,3 +236,72 @@ def test_a_cluster_url_of_a_node_is_accepted(env):
     env.setenv("OUTBOX_REDIS_CLUSTER", "true")
     env.setenv("REDIS_URL", "rediss://relay:secret@clustercfg.example.cache.amazonaws.com:6379")
     assert load_settings().redis_cluster is True
+
+
+#: The issue's repro: a short lease, with the timeout and margin that fit it.
+SHORT_LEASE = {"OUTBOX_LEASE_SECONDS": "3", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": "2", "OUTBOX_DEADLINE_MARGIN_SECONDS": "1"}
+
+
+@pytest.mark.parametrize("mode", ["batch", "drain"])
+def test_latency_only_settings_do_not_refuse_a_batch_or_drain_relay(env, mode):
+    # Given a relay without pollers, a 3 s lease and the poller TTL's default of 5 s, and a successor lead
+    for k, v in {**SHORT_LEASE, "OUTBOX_MODE": mode, "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10"}.items():
+        env.setenv(k, v)
+    # Then it starts: neither setting is read in this mode
+    s = load_settings()
+    assert (s.mode.value, s.lease_seconds, s.poller_ttl_seconds) == (mode, 3, 5)
+
+
+@pytest.mark.parametrize(("extra", "variable", "fragment"), [
+    ({}, "OUTBOX_POLLER_TTL_SECONDS", "must be shorter than OUTBOX_LEASE_SECONDS (3s)"),
+    ({"OUTBOX_POLLER_TTL_SECONDS": "2", "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10"}, "OUTBOX_SUCCESSOR_LEAD_SECONDS",
+     "at most half"),
+])
+def test_latency_only_settings_are_checked_in_latency_mode(env, extra, variable, fragment):
+    for k, v in {**SHORT_LEASE, "OUTBOX_MODE": "latency", **extra}.items():
+        env.setenv(k, v)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert info.value.variable == variable and fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("OUTBOX_BATCH_SIZE", "5.0"), ("OUTBOX_BATCH_SIZE", " 5 "), ("OUTBOX_BATCH_SIZE", "5_0"),
+    ("OUTBOX_BATCH_SIZE", "+5"), ("OUTBOX_MAX_ATTEMPTS", "1e1"), ("DATABASE_POOL_SIZE", "2.0"),
+    ("OUTBOX_LEASE_SECONDS", " 130"), ("OUTBOX_LEASE_SECONDS", "1_30"),
+])
+def test_a_number_is_taken_only_as_written(env, variable, value):
+    env.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert info.value.variable == variable and "\n" not in str(info.value)
+
+
+def test_numbers_written_plainly_are_read(env):
+    for k, v in {"OUTBOX_BATCH_SIZE": "5", "OUTBOX_LEASE_SECONDS": "130.5", "OUTBOX_BACKOFF_CAP_SECONDS": "1e3"}.items():
+        env.setenv(k, v)
+    s = load_settings()
+    assert (s.batch_size, s.lease_seconds, s.backoff_cap_seconds) == (5, 130.5, 1000)
+
+
+@pytest.mark.parametrize(("variable", "says"), [
+    ("OUTBOX_BATCH_SIZ", "did you mean OUTBOX_BATCH_SIZE?"),
+    ("OUTBOX_LEASE", "did you mean OUTBOX_LEASE_SECONDS?"),
+    ("outbox_ordering_on_death", "did you mean OUTBOX_ORDERING_ON_DEAD?"),
+    ("OUTBOX_TURBO", "docs/configuration.md lists them"),
+])
+def test_an_outbox_variable_no_setting_reads_is_refused_naming_the_closest(env, variable, says):
+    env.setenv(variable, "1")
+    for load in (load_settings, load_maintenance_settings):
+        with pytest.raises(ConfigurationError) as info:
+            load()
+        assert info.value.variable == variable
+        assert str(info.value) == f"{variable}: is not a setting ({says}); rename or remove it"
+
+
+def test_the_projects_other_outbox_variables_are_not_settings_and_not_refused(env):
+    # The `outbox` command's servers, and the test suite's own
+    for k, v in {"OUTBOX_SERVERS": "embedded", "OUTBOX_TEST_PGBOUNCER": "/usr/sbin/pgbouncer",
+                 "outbox_batch_size": "7"}.items():
+        env.setenv(k, v)
+    assert load_settings().batch_size == 7

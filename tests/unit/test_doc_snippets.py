@@ -89,3 +89,21 @@ def test_every_channels_producer_function_is_exported_from_the_package():
     assert producers <= set(exported)
     package = importlib.import_module("outbox_relay")
     assert all(callable(getattr(package, name)) for name in exported)
+
+
+def test_the_package_the_command_and_the_distribution_name_every_channel():
+    import tomllib
+
+    from click.testing import CliRunner
+
+    import outbox_relay
+    from outbox_tools.cli import main
+
+    descriptions = {
+        "the package docstring": outbox_relay.__doc__,
+        "outbox --help": CliRunner().invoke(main, ["--help"]).output,
+        "pyproject.toml": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"],
+    }
+    for what, text in descriptions.items():
+        missing = [s.channel.value for s in CHANNELS if not re.search(rf"\b{s.channel.value}\b", text, re.I)]
+        assert missing == [], f"{what} does not name {missing}"

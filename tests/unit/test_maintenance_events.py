@@ -92,3 +92,27 @@ def test_maintenance_settings_still_name_a_bad_variable(env, variable, value):
     with pytest.raises(ConfigurationError) as info:
         load_maintenance_settings()
     assert info.value.variable == variable
+
+
+@pytest.mark.parametrize(("model", "event", "field"), [
+    # A relay event: an unknown field is not a mode (it would have run batch)
+    ("relay", {"source": "outbox.scheduler", "channel": "redis", "mode": "turbo"}, "mode"),
+    ("relay", {"chanel": "ses"}, "chanel"),
+    # A maintenance run: a dry run that is no field of it must not purge for real
+    ("maintenance", {"action": "maintenance", "dry_run": True}, "dry_run"),
+])
+def test_schedule_events_refuse_unknown_fields(model, event, field):
+    from outbox_relay.invocation import ScheduleEvent
+
+    with pytest.raises(ValidationError) as info:
+        (ScheduleEvent if model == "relay" else ScheduledRun).model_validate(event)
+    assert info.value.errors()[0]["loc"] == (field,)
+
+
+def test_every_sample_relay_event_and_a_successors_event_are_accepted():
+    from outbox_relay.invocation import ScheduleEvent
+
+    for path in [*EVENTS.glob("relay-*.json"), EVENTS / "eventbridge-scheduled-event.json"]:
+        ScheduleEvent.model_validate(json.loads(path.read_text()))
+    # What a latency-mode poller sends its successor (pollers.Handover._start)
+    ScheduleEvent.model_validate({"source": "outbox.handover", "channel": "redis", "predecessor": "p", "reason": "r"})
