@@ -26,6 +26,7 @@ from .events import (
     check_deliver_at,
     check_text,
     json_text,
+    payload_text,
     validated,
 )
 from .ids import uuid7
@@ -178,14 +179,14 @@ def aws_row(channel: Channel, data: Mapping[str, Any], now: datetime | None = No
         except ValueError as exc:
             raise InvalidMessageError("deliver_at", str(exc)) from None
     _check_headers(m.headers, channel)
-    payload_text = json_text(m.payload, "payload", MAX_AWS_MESSAGE_BYTES)
+    text = payload_text(m.payload, MAX_AWS_MESSAGE_BYTES)
     if channel is Channel.EVENTBRIDGE:
         if not isinstance(m.payload, dict):
             raise InvalidMessageError("payload", "must be a JSON object (it is the event's detail)")
         if DETAIL_ID_FIELD in m.payload:
             raise InvalidMessageError(f"payload.{DETAIL_ID_FIELD}", "is the relay's own detail field")
     elif channel is Channel.SQS:
-        check_sqs_text(payload_text, "payload")
+        check_sqs_text(text, "payload")
         check_sqs_text(m.type, "type")
         if m.key is not None:
             check_sqs_text(m.key, "key")
@@ -197,7 +198,7 @@ def aws_row(channel: Channel, data: Mapping[str, Any], now: datetime | None = No
         "destination": getattr(m, "bus", None) or DEFAULT_DESTINATION,
         "type": m.type,
         "key": m.key,
-        "payload": payload_text,
+        "payload": text,
         "headers": headers_text,
         "max_attempts": m.max_attempts,
         "deliver_at": m.deliver_at,

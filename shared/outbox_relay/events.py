@@ -45,10 +45,37 @@ def json_text(value: Any, field: str, limit: int) -> str:
         # The NUL character (\u0000): the idempotency check compares payloads as
         # jsonb, which refuses it ("JSON Types", PostgreSQL documentation).
         raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
+    if "{" in text:
+        _check_keys(value, field)
     size = len(encoded)
     if size > limit:
         raise InvalidMessageError(field, f"is {size} bytes as JSON; the limit is {limit} bytes")
     return text
+
+
+def _check_keys(value: Any, field: str) -> None:
+    """Refuse an object key that is not a string: json.dumps would write 1, True or
+    None as "1", "true", "null", and types are not converted (README)."""
+    stack = [(value, field)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise InvalidMessageError(at, f"has a key of type {type(key).__name__}: JSON object keys are "
+                                                  "strings, and types are not converted")
+                stack.append((inner, f"{at}.{key}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, f"{at}[{i}]") for i, inner in enumerate(item))
+
+
+def payload_text(value: Any, limit: int) -> str:
+    """The payload's JSON text. None is refused (decision 0057): it is what a payload
+    left unset looks like, and would be stored as JSON null. The SQL functions refuse
+    a NULL or null payload at the same point, with the same words."""
+    if value is None:
+        raise InvalidMessageError("payload", "is required (a null payload is refused); send a JSON value such as {}")
+    return json_text(value, "payload", limit)
 
 
 def check_text(value: str) -> str:
@@ -174,7 +201,7 @@ def event_row(data: Mapping[str, Any], now: datetime | None = None) -> dict[str,
             check_deliver_at(m.deliver_at, now)
         except ValueError as exc:
             raise InvalidMessageError("deliver_at", str(exc)) from None
-    payload_text = json_text(m.payload, "payload", MAX_EVENT_PAYLOAD_BYTES)
+    text = payload_text(m.payload, MAX_EVENT_PAYLOAD_BYTES)
     headers_text = json_text(m.headers, "headers", 64 * 1024) if m.headers else None
     return {
         "message_id": m.message_id or uuid7(),
@@ -182,7 +209,7 @@ def event_row(data: Mapping[str, Any], now: datetime | None = None) -> dict[str,
         "destination": m.stream,
         "type": m.type,
         "key": m.key,
-        "payload": payload_text,
+        "payload": text,
         "headers": headers_text,
         "max_attempts": m.max_attempts,
         "deliver_at": m.deliver_at,

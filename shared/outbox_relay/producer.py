@@ -158,6 +158,8 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     exception ensures).
     """
     check_conn(conn)
+    if isinstance(messages, (Mapping, str, bytes)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError("messages", "must be a list of mappings")
     data = messages if isinstance(messages, Sequence) else list(messages)
     context = tracing.current_context()  # one context for the call: every message was made in it
     if context:
@@ -169,6 +171,8 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     first_rows: list[dict[str, Any]] = []  # the first chunk's rows, written without making them again
     count = size = 0
     for i, item in enumerate(data):
+        if not isinstance(item, Mapping):
+            raise InvalidMessageError(f"messages[{i}]", "must be a mapping (the keyword arguments of enqueue_event)")
         try:
             row = event_row(item, now)
         except InvalidMessageError as exc:

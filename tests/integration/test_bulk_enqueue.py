@@ -72,7 +72,7 @@ def test_every_field_is_stored(app_engine, redis_prefix):
         dict(stream=f"{redis_prefix}orders", type="order.placed", payload={"total": 12.5, "note": "größe ✓"},
              key="customer-7", message_id=mid, max_attempts=4, headers={"trace": "abc"}),
         dict(stream=f"{{{redis_prefix}tag}}:invoices", type="invoice.sent", payload=[1, 2, 3], deliver_at=later),
-        dict(stream=f"{redis_prefix}orders", type="order.paid", payload=None),
+        dict(stream=f"{redis_prefix}orders", type="order.paid", payload=False),
         # Texts an array literal would read as SQL NULL if unquoted
         dict(stream=f"{redis_prefix}null", type="Null", payload="NULL", key="null", headers={"h": "null"}),
     ]
@@ -91,10 +91,10 @@ def test_every_field_is_stored(app_engine, redis_prefix):
     assert second["destination"] == f"{{{redis_prefix}tag}}:invoices" and second["payload"] == [1, 2, 3]
     assert second["due"] is False and abs((second["available_at"] - later).total_seconds()) < 0.001
     assert (second["key"], second["headers"], second["max_attempts"]) == (None, None, None)
-    assert third["payload"] is None and third["type"] == "order.paid"  # JSON null, stored as JSON null
+    assert third["payload"] is False and third["type"] == "order.paid"  # a JSON scalar, stored as it is
     with app_engine.connect() as conn:
         assert conn.execute(text("SELECT json_typeof(payload) FROM outbox_message_body WHERE seq = :s"),
-                            {"s": third["seq"]}).scalar_one() == "null"
+                            {"s": third["seq"]}).scalar_one() == "boolean"
     assert (fourth["destination"], fourth["type"], fourth["key"], fourth["payload"], fourth["headers"]) == \
         (f"{redis_prefix}null", "Null", "null", "NULL", {"h": "null"})
 
@@ -108,6 +108,9 @@ def test_an_invalid_message_names_its_position_and_nothing_is_written(app_engine
         ({"deliver_at": datetime(2030, 1, 1)}, "messages[1502].deliver_at"),
         ({"message_id": "not-a-uuid"}, "messages[1502].message_id"),
         ({"colour": "red"}, "messages[1502].colour"),
+        # Decision 0057: a payload left unset, and keys json.dumps would have turned into text
+        ({"payload": None}, "messages[1502].payload"),
+        ({"payload": {"lines": [{"sku": "a", 1: "b"}]}}, "messages[1502].payload.lines[0]"),
     ]:
         # Given 2,000 messages of which #1502 is invalid (after a whole valid chunk)
         messages = events(2000, redis_prefix)
@@ -121,6 +124,21 @@ def test_an_invalid_message_names_its_position_and_nothing_is_written(app_engine
         assert info.value.field == field
         assert str(info.value).startswith(f"{field}: ")
         assert inserts(sent) == [] and stored(app_engine) == []
+
+
+@pytest.mark.parametrize(("messages", "field", "problem"), [
+    ({"stream": "orders", "type": "t", "payload": {}}, "messages", "must be a list of mappings"),
+    ("orders", "messages", "must be a list of mappings"),
+    (None, "messages", "must be a list of mappings"),
+    ([{"stream": "orders", "type": "t", "payload": {}}, ("stream", "orders")], "messages[1]", "must be a mapping"),
+])
+def test_messages_that_are_not_a_list_of_mappings_are_named_and_nothing_is_written(app_engine, messages, field,
+                                                                                      problem):
+    with app_engine.begin() as conn:
+        with pytest.raises(InvalidMessageError) as info:
+            enqueue_events_bulk(conn, messages)
+    assert (info.value.field, info.value.problem.split(" (")[0]) == (field, problem)
+    assert stored(app_engine) == []
 
 
 def test_idempotent_on_message_ids(app_engine, redis_prefix):

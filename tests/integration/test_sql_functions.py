@@ -130,6 +130,7 @@ def trace_args(context) -> dict:
          max_attempts=None, context={"traceparent": TRACEPARENT, "tracestate": "theirs"})
 @example(stream="s", type_="t", payload={}, key=None, headers={"a..b": 0, "tracestate": 0}, deliver_at=None,
          max_attempts=None, context={"traceparent": TRACEPARENT})  # the context's place comes first
+@example(stream="s", type_="t", payload=None, key="", headers=None, deliver_at=None, max_attempts=None, context=None)
 def test_events_same_row_or_same_refusal(conn, stream, type_, payload, key, headers, deliver_at, max_attempts,
                                          context):
     mid = uuid.uuid4()
@@ -461,6 +462,10 @@ def test_trace_context_is_stored_in_the_message_headers(app_engine, function, ar
     ("sqs", dict(type="t", payload={}, headers={f"h{i}": "v" for i in range(8)}), "headers"),
     ("sns", dict(type="t", payload={}, headers={"outbox-key": "v"}), "headers.outbox-key"),
     ("eventbridge", dict(type="t", payload=[1]), "payload"),
+    # Decision 0057: a null payload is refused, as the Python API refuses None
+    ("event", dict(stream="s", type="t", payload=None), "payload"),
+    ("sqs", dict(type="t", payload=None), "payload"),
+    ("eventbridge", dict(type="t", payload=None), "payload"),
     ("eventbridge", dict(type="t", payload={}, bus="no spaces"), "bus"),
     ("email", dict(to=["a@example.com"], subject="s"), "html/text"),
     ("email", dict(to=["a@example.com", "b@example.test"], subject="s", text="t"), "to[1]"),
@@ -520,6 +525,41 @@ def test_the_downgrades_put_back_what_each_upgrade_found(empty_database_url):
         assert state() == at_head
     finally:
         engine.dispose()
+
+
+def test_0013_s_downgrade_puts_back_0009_s_payload_check(empty_database_url):
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    from test_migrations import downgrade
+
+    from outbox_migrations import upgrade
+
+    engine = create_engine(empty_database_url, poolclass=NullPool)
+    check = text("SELECT prosrc FROM pg_proc WHERE proname = 'outbox__check_json_v1'")
+    try:
+        upgrade(engine, "0012")
+        with engine.connect() as c:
+            before = c.execute(check).scalar_one()
+        upgrade(engine, "0013")
+        with engine.connect() as c:
+            for payload in (None, Raw("null")):  # SQL NULL and JSON null
+                with pytest.raises(Refused) as refused, c.begin():
+                    call(c, "event", stream="s", type="t", payload=payload)
+                assert (refused.value.field, refused.value.message) == (
+                    "payload", "payload: is required (a null payload is refused); send a JSON value such as {}")
+        downgrade(engine, "0012")
+        with engine.connect() as c:
+            assert c.execute(check).scalar_one() == before
+    finally:
+        engine.dispose()
+
+
+def test_the_content_type_table_in_the_database_is_the_one_python_reads(conn):
+    names = ["a", "a.", ".txt", "..txt", "a..pdf", ".a.b.png", "a.txt.gz", "a.\u212a", "résumé.PDF"]
+    names += [f"f.{e}" for e in CONTENT_TYPES] + [f"f.{e.upper()}" for e in CONTENT_TYPES]
+    guessed = conn.execute(text("SELECT outbox__guess_content_type_v1(n) FROM unnest(CAST(:n AS text[])) AS n"),
+                           {"n": names}).scalars().all()
+    assert guessed == [guess_content_type(n) for n in names]
 
 
 # -- two transactions at once ------------------------------------------------------------------------------

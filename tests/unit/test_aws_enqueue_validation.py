@@ -34,6 +34,8 @@ COMMON = [
     (dict(payload={"x": float("nan")}), "payload", "JSON-serialisable"),
     (dict(payload={"x": "a\x00b"}), "payload", "NUL"),
     (dict(payload={"x": "x" * MAX_AWS_MESSAGE_BYTES}), "payload", "limit"),
+    (dict(payload=None), "payload", "is required"),
+    (dict(payload={"a": {True: 1}}), "payload.a", "key of type bool"),
     (dict(message_id="not-a-uuid"), "message_id", "UUID"),
     (dict(deliver_at=datetime(2030, 1, 1)), "deliver_at", "timezone-aware"),
     (dict(deliver_at=datetime.now(timezone.utc) + timedelta(days=367)), "deliver_at", "366 days ahead"),

@@ -57,6 +57,10 @@ def good(**overrides):
         (dict(payload={"x": math.nan}), "payload", "JSON-serialisable"),
         (dict(payload={"x": "a\x00b"}), "payload", "NUL"),
         (dict(payload="x" * MAX_EVENT_PAYLOAD_BYTES), "payload", "limit"),
+        # Decision 0057: a payload left unset; keys json.dumps would have turned into text
+        (dict(payload=None), "payload", "is required"),
+        (dict(payload={1: "a"}), "payload", "key of type int"),
+        (dict(payload={"a": [{"b": {None: 1}}]}), "payload.a[0].b", "key of type NoneType"),
         (dict(message_id="not-a-uuid"), "message_id", "UUID"),
         (dict(deliver_at=datetime(2030, 1, 1)), "deliver_at", "timezone-aware"),
         (dict(deliver_at=datetime(9999, 12, 31, tzinfo=timezone.utc)), "deliver_at", "366 days ahead"),
