@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -133,6 +134,61 @@ def test_ctrl_c_ends_a_latency_relay_as_its_deadline_would(cli_env, app_engine, 
         rows = conn.execute(text("SELECT status, attempts, count(*) FROM outbox_message GROUP BY 1, 2")).all()
     assert sorted(rows) == [("delivered", 1, summary["delivered"]), ("pending", 0, total - summary["delivered"])]
     assert redis_client.xlen(stream) == summary["delivered"]
+
+
+@pytest.mark.slow  # a process, interrupted twice
+def test_a_second_ctrl_c_aborts_a_latency_relay_in_one_line(cli_env, app_engine, redis_prefix):
+    import socket
+    import threading
+
+    from outbox_relay.producer import enqueue_event
+
+    # Given a message, and a "Redis" that takes connections and never answers: the relay
+    # is held in its first call, so both interrupts land while the invocation runs
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "held", type="t", payload={})
+    silent = socket.create_server(("127.0.0.1", 0))
+    asked = threading.Event()
+
+    def listen() -> None:
+        with contextlib.suppress(OSError):
+            peer, _ = silent.accept()
+            if peer.recv(1024):
+                asked.set()
+            peer.recv(1024)  # held open, unanswered, until the process is gone
+
+    threading.Thread(target=listen, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "POWERTOOLS_"))}
+    env.update(cli_env, OUTBOX_MODE="latency", REDIS_URL=f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+               OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS="60")
+    with sigint_ignored():
+        relay = subprocess.Popen([sys.executable, "-m", "outbox_tools.cli", "relay", "--event",
+                                  "events/relay-redis-scheduler.json", "--timeout", "60"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=sigint_default)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(relay.stderr), daemon=True)
+    reader.start()
+    try:
+        assert asked.wait(60), "the relay never called Redis"
+        # When Ctrl-C comes, and again once the first is taken
+        relay.send_signal(signal.SIGINT)
+        give_up = time.monotonic() + 30
+        while not any(line.startswith("interrupted:") for line in lines) and time.monotonic() < give_up:
+            time.sleep(0.02)
+        relay.send_signal(signal.SIGINT)
+        relay.wait(timeout=30)
+        reader.join(timeout=10)
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+        silent.close()
+    # Then it ends at once with the status of an interrupted command and one line, no traceback
+    assert relay.returncode == 130, lines
+    assert lines[-1] == "Error: relay aborted; what it held is claimed again when its lease expires\n", lines
+    assert not any("Traceback" in line or "SchemaValidationError" in line for line in lines), lines
+    assert relay.stdout.read() == ""
+    # and the message was not delivered: it is held under its lease, or was never claimed
+    assert set(_statuses(app_engine)) <= {"pending", "leased"}
 
 
 def _statuses(engine) -> dict[str, int]:

@@ -89,7 +89,9 @@ def relay(event: dict, timeout: float | None, function: str) -> None:
     Standard output carries only the summary (JSON); the handler's logs and
     EMF metrics, which Lambda would send to CloudWatch, go to standard error.
     Ctrl-C ends the invocation as its deadline would (in-flight deliveries
-    recorded, the rest released) and exits with status 130; a second aborts.
+    recorded, the rest released) and exits with status 130; a second aborts at
+    once, in one line, status 130 (what it holds is claimed again when its
+    lease expires, as after a crash).
     """
     defaults = {}
     if not os.environ.get("DATABASE_URL") and not os.environ.get("DATABASE_SECRET_ARN"):
@@ -120,7 +122,9 @@ def relay(event: dict, timeout: float | None, function: str) -> None:
 def _ctrl_c_ends_the_invocation(context: LocalContext, margin_seconds: float):
     """For the block, a first Ctrl-C brings the invocation to its deadline (it claims
     nothing more, finishes or releases what it holds, attempts refunded, and returns
-    its summary); a second one aborts. Yields a list that is true once interrupted.
+    its summary); a second one ends the process at once, in one line, status 130
+    (an exception raised wherever it lands would unwind through the handler's
+    telemetry and print a chained traceback). Yields a list that is true once interrupted.
     A SIGINT that this process ignores (a background job) stays ignored."""
     interrupted: list[bool] = []
     previous = signal.getsignal(signal.SIGINT)
@@ -128,10 +132,15 @@ def _ctrl_c_ends_the_invocation(context: LocalContext, margin_seconds: float):
         yield interrupted  # only the main thread may set a handler
         return
 
+    def second(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, b"Error: relay aborted; what it held is claimed again when its lease expires\n")
+        os._exit(130)
+
     def first(signum: int, frame: object) -> None:
         interrupted.append(True)
         context.leave_only(margin_seconds)
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, second)
         # os.write: a print here could re-enter a write to standard error in progress
         with contextlib.suppress(OSError):
             os.write(2, b"interrupted: finishing what is in flight, releasing the rest "
