@@ -213,6 +213,7 @@ def test_demo_runs_end_to_end(servers, redis_prefix):
     proc = outbox("demo", "--database-name", database, "--prefix", prefix, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{prefix}orders:" in proc.stdout
+    assert [line for line in proc.stdout.splitlines() if line.startswith("{")] == []  # no raw log lines
     # The two dead letters are said to be staged, and why
     assert f"staged: the demo made {prefix}audit a plain string key, so XADD to it fails with WRONGTYPE" in proc.stdout
     assert "staged: promo@unverified.example is not a verified identity of the local SES" in proc.stdout
