@@ -256,6 +256,27 @@ def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
     client("events", ses.url).describe_event_bus(Name=BUS)
 
 
+def test_outbox_local_says_what_moto_recorded_for_each_aws_relay(ses) -> None:
+    # Given the destinations outbox local prepares, and one message sent to each as its relay sends
+    from outbox_tools.sam_local.bridges import aws_recorded, create_aws_destinations
+    from support.aws_downstream import BUS, QUEUE_NAME, TOPIC_ARN, client
+
+    create_aws_destinations(ROOT, ses.url, ses.region)
+    assert set(aws_recorded(ROOT, ses.url, ses.region).values()) == {
+        f"SQS (moto) holds 0 message(s) in {QUEUE_NAME}",
+        f"SNS (moto) delivered 0 message(s) from {TOPIC_ARN.rsplit(':', 1)[1]} to a queue subscribed to it",
+        f"EventBridge (moto) recorded 0 event(s) on {BUS}"}
+    sqs = client("sqs", ses.url)
+    sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=QUEUE_NAME)["QueueUrl"], MessageBody="{}")
+    client("sns", ses.url).publish(TopicArn=TOPIC_ARN, Message="{}")
+    client("events", ses.url).put_events(Entries=[{"Source": "shop", "DetailType": "t", "Detail": "{}",
+                                                   "EventBusName": BUS}])
+    # Then each relay's line says what arrived
+    notes = aws_recorded(ROOT, ses.url, ses.region)
+    assert [notes[f].split(" ")[3] for f in ("RelaySqsFunction", "RelaySnsFunction",
+                                              "RelayEventBridgeFunction")] == ["1", "1", "1"], notes
+
+
 @pytest.mark.slow  # a process
 def test_sam_local_invoke_environment_runs_the_feedback_handler(database_url, app_engine) -> None:
     # Given the environment sam local invoke would give the feedback function (a key in place of the secret)

@@ -200,3 +200,31 @@ def test_a_sam_cli_that_ignores_ctrl_c_is_stopped_without_waiting_a_minute():
     # Then it is gone within about one wait, not the old minute
     assert process.poll() is not None and time.monotonic() - began < 5
     process.stdout.close()
+
+
+def test_the_runtimes_poll_after_the_report_is_not_copied_to_the_logs():
+    # Given what sam local invoke printed: the invocation, its REPORT, then the runtime interface
+    # client's failed poll for a next invocation as the container is stopped
+    import io
+
+    from outbox_tools.sam_local.sam import _collect
+
+    class Process:
+        stderr = io.StringIO(
+            "START RequestId: 1 Version: $LATEST\n"
+            '{"level":"ERROR","message":"LAMBDA_RUNTIME Failed to get next invocation"}\n'  # before: the function's
+            "END RequestId: 1\nREPORT RequestId: 1\tDuration: 812.33 ms\n"
+            "[ERROR] 2026-12-06T05:00:00Z LAMBDA_RUNTIME Failed to get next invocation\n")
+        returncode = 0
+
+        def wait(self, timeout=None):
+            return 0
+
+        def poll(self):
+            return 0
+
+    copied = io.StringIO()
+    kept = _collect(Process(), copied, timeout=60)
+    # Then everything up to the REPORT is kept and copied, and the poll after it is not
+    assert kept == copied.getvalue() and kept.endswith("Duration: 812.33 ms\n")
+    assert kept.count("LAMBDA_RUNTIME Failed to get next invocation") == 1

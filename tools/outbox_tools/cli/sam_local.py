@@ -188,9 +188,7 @@ def invoke_cmd(function: str, event: dict | None, image: str, python312: str | N
 
 
 def _report(function: str, done: Any, bridges: Any) -> None:
-    notes = []
-    if function == "RelaySesFunction":
-        notes.append(f"SES (moto) recorded {len(bridges.ses.sent_messages())} email(s)")
+    notes = [note] if (note := bridges.recorded(function)) else []
     for response in bridges.cfn.responses:
         notes.append(f"CloudFormation's response URL got {response.body.get('Status')}")
     click.echo(f"outbox local: {function} returned in {done.seconds:.1f} s"

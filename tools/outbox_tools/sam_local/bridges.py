@@ -90,30 +90,80 @@ def sam_env(root: Path, addresses: Addresses, database_url: str, redis_url: str)
     return env
 
 
-def create_aws_destinations(root: Path, endpoint_url: str, region: str = "us-east-1") -> None:
-    """Create in moto at `endpoint_url` the queue, topic and bus infra/sam-env.json gives the
-    SQS, SNS and EventBridge relays, so their gates find them (moto starts empty)."""
+def _aws_client(service: str, endpoint_url: str, region: str) -> Any:
     import boto3
 
+    return boto3.client(service, endpoint_url=endpoint_url, region_name=region,
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def _destinations(root: Path) -> tuple[str | None, str | None, str | None]:
+    """The queue name, topic ARN and bus infra/sam-env.json gives the SQS, SNS and EventBridge relays."""
     env = json.loads((root / "infra" / "sam-env.json").read_text())
-
-    def client(service: str) -> Any:
-        return boto3.client(service, endpoint_url=endpoint_url, region_name=region,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
-
     queue_url = env.get("RelaySqsFunction", {}).get("OUTBOX_SQS_QUEUE_URL")
-    if queue_url:
-        name = queue_url.rsplit("/", 1)[1]
-        client("sqs").create_queue(QueueName=name, Attributes={"FifoQueue": "true"} if name.endswith(".fifo") else {})
-    topic_arn = env.get("RelaySnsFunction", {}).get("OUTBOX_SNS_TOPIC_ARN")
+    return (queue_url.rsplit("/", 1)[1] if queue_url else None,
+            env.get("RelaySnsFunction", {}).get("OUTBOX_SNS_TOPIC_ARN"),
+            env.get("RelayEventBridgeFunction", {}).get("OUTBOX_EVENTBRIDGE_BUS"))
+
+
+def _fifo(name: str) -> dict[str, str]:
+    return {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+
+
+#: What `aws_recorded` reads SNS and EventBridge through: a queue subscribed to the
+#: topic, an archive of the bus (moto keeps neither a topic's messages nor a bus's events).
+RECORDER = "outbox-local-recorded"
+
+
+def create_aws_destinations(root: Path, endpoint_url: str, region: str = "us-east-1") -> None:
+    """Create in moto at `endpoint_url` the queue, topic and bus infra/sam-env.json gives the
+    SQS, SNS and EventBridge relays, so their gates find them (moto starts empty), and what
+    records what reaches the topic and the bus (`aws_recorded`). Safe to call twice."""
+    queue, topic_arn, bus = _destinations(root)
+    sqs = _aws_client("sqs", endpoint_url, region)
+    if queue:
+        sqs.create_queue(QueueName=queue, Attributes=_fifo(queue))
     if topic_arn:
         name = topic_arn.rsplit(":", 1)[1]
-        client("sns").create_topic(Name=name, Attributes={"FifoTopic": "true"} if name.endswith(".fifo") else {})
-    bus = env.get("RelayEventBridgeFunction", {}).get("OUTBOX_EVENTBRIDGE_BUS")
-    if bus and bus != "default":
-        events = client("events")
-        if not [b for b in events.list_event_buses(NamePrefix=bus)["EventBuses"] if b["Name"] == bus]:
+        sns = _aws_client("sns", endpoint_url, region)
+        sns.create_topic(Name=name, Attributes={"FifoTopic": "true"} if name.endswith(".fifo") else {})
+        recorder = RECORDER + (".fifo" if name.endswith(".fifo") else "")
+        url = sqs.create_queue(QueueName=recorder, Attributes=_fifo(recorder))["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=arn)  # the same subscription when it exists
+    if bus:
+        events = _aws_client("events", endpoint_url, region)
+        if bus != "default" and not [b for b in events.list_event_buses(NamePrefix=bus)["EventBuses"]
+                                     if b["Name"] == bus]:
             events.create_event_bus(Name=bus)
+        if not events.list_archives(NamePrefix=RECORDER)["Archives"]:
+            events.create_archive(ArchiveName=RECORDER, EventSourceArn=events.describe_event_bus(Name=bus)["Arn"])
+
+
+def aws_recorded(root: Path, endpoint_url: str, region: str = "us-east-1") -> dict[str, str]:
+    """What moto recorded at the SQS, SNS and EventBridge relays' destinations, one
+    line per function (the relay's summary says what it sent; this, what arrived)."""
+    queue, topic_arn, bus = _destinations(root)
+    sqs = _aws_client("sqs", endpoint_url, region)
+
+    def held(name: str) -> int:
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+        return sum(int(v) for v in counts.values())
+
+    notes = {}
+    if queue:
+        notes["RelaySqsFunction"] = f"SQS (moto) holds {held(queue)} message(s) in {queue}"
+    if topic_arn:
+        fifo = ".fifo" if topic_arn.endswith(".fifo") else ""
+        notes["RelaySnsFunction"] = (f"SNS (moto) delivered {held(RECORDER + fifo)} message(s) from "
+                                     f"{topic_arn.rsplit(':', 1)[1]} to a queue subscribed to it")
+    if bus:
+        archive = _aws_client("events", endpoint_url, region).describe_archive(ArchiveName=RECORDER)
+        notes["RelayEventBridgeFunction"] = f"EventBridge (moto) recorded {archive['EventCount']} event(s) on {bus}"
+    return notes
 
 
 def ses_sender(root: Path) -> str:
@@ -160,6 +210,12 @@ class Bridges:
         bridged; another database on the same server is fine) and Redis at
         their forwarders, SES at moto."""
         return sam_env(self.root, self.addresses, database_url or self.database_url, self.redis_url)
+
+    def recorded(self, function: str) -> str | None:
+        """What moto recorded at `function`'s destination, one line (None: no AWS relay)."""
+        if function == "RelaySesFunction":
+            return f"SES (moto) recorded {len(self.ses.sent_messages())} email(s)"
+        return aws_recorded(self.root, self.ses.url, self.ses.region).get(function)
 
     def custom_resource_event(self, event: dict[str, Any]) -> dict[str, Any]:
         """A CloudFormation custom resource request with its ResponseURL at the

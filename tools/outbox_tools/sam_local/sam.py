@@ -99,16 +99,26 @@ def invoke(function: str, event: dict[str, Any], env_vars: dict[str, Any], *, ro
     return Invocation(process.returncode, result, output, seconds)
 
 
+#: What the runtime interface client says when the SAM CLI stops the container after
+#: the invocation's REPORT line: its next poll finds the emulator gone. Not the function's.
+AFTER_THE_REPORT = "LAMBDA_RUNTIME Failed to get next invocation"
+
+
 def _collect(process: subprocess.Popen, logs: TextIO | None, timeout: float) -> str:
-    """Read the process's standard error to its end (copying it to `logs`);
-    stop the process when it takes longer than `timeout` seconds."""
+    """Read the process's standard error to its end (copying it to `logs`, without
+    the runtime's `AFTER_THE_REPORT` line); stop the process when it takes longer
+    than `timeout` seconds."""
     timer = threading.Timer(timeout, lambda: _stop(process))
     timer.daemon = True
     timer.start()
-    lines = []
+    lines: list[str] = []
+    reported = False
     try:
         assert process.stderr is not None
         for line in process.stderr:
+            if reported and AFTER_THE_REPORT in line:
+                continue
+            reported = reported or line.startswith("REPORT RequestId")
             lines.append(line)
             if logs is not None:
                 logs.write(line)
