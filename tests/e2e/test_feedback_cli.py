@@ -118,3 +118,36 @@ def test_bad_arguments_are_named_in_one_line(outbox, args, says, app_engine):
 def test_without_the_key_suppression_add_names_the_variable(outbox):
     result = outbox("suppression", "add", "a@example.net", key=False)
     assert result.exit_code == 1 and "OUTBOX_SES_ADDRESS_KEY" in result.output
+
+
+def test_a_sample_event_that_matches_no_message_says_how_to_make_it_match(database_url, app_engine, monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    env = {"DATABASE_URL": database_url, "OUTBOX_SES_ADDRESS_KEY": ADDRESS_KEY}
+
+    def relay_the_sample():
+        feedback_run.reset()
+        try:
+            runner = CliRunner(mix_stderr=False)  # click 8.1
+        except TypeError:  # click 8.2 keeps standard error apart and dropped the argument
+            runner = CliRunner()
+        done = runner.invoke(main, ["relay", "--function", "feedback", "--event",
+                                         "events/feedback-bounce.json"], env=env, catch_exceptions=False)
+        feedback_run.reset()
+        assert done.exit_code == 0, done.output
+        return json.loads(done.stdout), done.stderr
+
+    # Given the bounce sample of events/ and a database without its message
+    summary, err = relay_the_sample()
+    # Then the summary counts it unknown, and one line says how to make it match
+    assert (summary["unknown"], summary["recorded"]) == (1, 0)
+    [hint] = [line for line in err.splitlines() if line.startswith("outbox relay:")]
+    command = hint.rsplit(": ", 1)[1]
+    assert command.startswith("outbox enqueue-email --message-id 0b6e4a52-9c1d-4f3e-8a7b-2d5c6e7f8091 ")
+    # When the user does so, the same sample is recorded against that message
+    enqueued = CliRunner().invoke(main, ["enqueue-email", "--message-id", command.split()[3], "--to",
+                                         "bounce@simulator.amazonses.com", "--subject", "s", "--text", "t"], env=env)
+    assert enqueued.exit_code == 0, enqueued.output
+    summary, err = relay_the_sample()
+    assert (summary["unknown"], summary["recorded"]) == (0, 1) and "outbox relay:" not in err
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_email_event")).scalar_one() == 1

@@ -114,8 +114,24 @@ def relay(event: dict, timeout: float | None, function: str) -> None:
     if ctrl_c:
         result["interrupted"] = True  # a `skipped` of "not enough time left" is the Ctrl-C's doing
     common.echo_json(result)
+    if function == "feedback" and result.get("unknown"):
+        _unknown_hint(result["unknown"], event)
     if ctrl_c:
         sys.exit(130)
+
+
+def _unknown_hint(unknown: int, event: dict) -> None:
+    """Say how a feedback event can match a message: a sample of events/ names one
+    that this database does not hold until an email is enqueued with its id."""
+    ids = []
+    for record in event.get("Records") or []:
+        with contextlib.suppress(AttributeError, TypeError, ValueError, LookupError):
+            ids += json.loads(record["Sns"]["Message"])["mail"]["tags"]["outbox-message-id"][:1]
+    first = ids[0] if ids else "ID"
+    click.echo(f"outbox relay: {unknown} event(s) matched no message of this database (matched by the "
+               f"outbox-message-id tag, else the SES message id); to make one match, enqueue an email "
+               f"with its id first: outbox enqueue-email --message-id {first} --to … --subject … --text …",
+               err=True)
 
 
 @contextlib.contextmanager
