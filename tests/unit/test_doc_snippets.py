@@ -107,3 +107,52 @@ def test_the_package_the_command_and_the_distribution_name_every_channel():
     for what, text in descriptions.items():
         missing = [s.channel.value for s in CHANNELS if not re.search(rf"\b{s.channel.value}\b", text, re.I)]
         assert missing == [], f"{what} does not name {missing}"
+
+
+def test_every_exported_database_url_is_read_by_psql_and_by_the_relay():
+    # docs/producers.md runs `psql "$DATABASE_URL"`: libpq reads postgresql:// and postgres://
+    # only, and the relay and the `outbox` command read them as pg8000.
+    from outbox_relay.urls import parse_database_url
+
+    exported = [(doc.name, m.group(1)) for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+                for m in re.finditer(r"export DATABASE_URL=(\S+)", doc.read_text(encoding="utf-8"))]
+    assert len(exported) >= 3
+    for where, url in exported:
+        assert url.startswith(("postgresql://", "postgres://")), (where, url)
+        assert parse_database_url(url).drivername == "postgresql+pg8000"
+
+
+def _commands() -> list[str]:
+    """Every command of `outbox`, as typed: `stats`, `dead list`, `local invoke`, …"""
+    import click
+
+    from outbox_tools.cli import main
+
+    found = []
+
+    def walk(command: click.Command, path: str) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}".strip())
+        else:
+            found.append(path)
+
+    walk(main, "")
+    return found
+
+
+def test_operating_md_lists_every_command():
+    operating = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    listed, rest = operating.split("`outbox` (console script):", 1)[1].split("| command | what it does |", 1)
+    table = "\n".join(line for line in rest.splitlines() if line.startswith("|"))
+    assert [c for c in _commands() if f"`outbox {c}" not in table] == []
+    assert [c for c in _commands() if not re.search(rf"`{re.escape(c)}[` ]", listed)] == []
+
+
+def test_operating_md_explains_every_field_of_the_relay_summary():
+    from outbox_relay.summary import Summary
+
+    section = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8").split("## Handler summary", 1)[1]
+    table = "\n".join(line for line in section.split("| field | meaning |", 1)[1].split("\n\n", 1)[0].splitlines())
+    fields = {*Summary(channel="redis").as_dict(), "downstream", "handover", "interrupted"}
+    assert sorted(f for f in fields if f"`{f}`" not in table) == []
