@@ -274,6 +274,7 @@ def _aws_bad_options(files: dict[str, str]) -> list[BadOption]:
     rows = []
     for c in (sq, sn, eb):
         rows += [BadOption(c, "--type", " ", "type:"), BadOption(c, "--payload", "{nope", "--payload"),
+                 BadOption(c, "--payload", "null", "payload: is required"),
                  BadOption(c, "--payload", "@" + files["missing"], "--payload"),
                  BadOption(c, "--key", "", "key:"), BadOption(c, "--message-id", "nope", "message_id:"),
                  BadOption(c, "--max-attempts", "0", "max_attempts:"),
@@ -303,6 +304,7 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(ev, "--payload", "@/dev/zero", "--payload: /dev/zero is larger than"),
         BadOption(ev, "--payload", "@", "--payload: no file"),
         BadOption(ev, "--payload", '{"x": NaN}', "payload:"),
+        BadOption(ev, "--payload", "null", "payload: is required"),  # decision 0057
         BadOption(ev, "--key", "", "key:"), BadOption(ev, "--message-id", "nope", "message_id:"),
         BadOption(ev, "--max-attempts", "x", "--max-attempts"), BadOption(ev, "--max-attempts", "0", "max_attempts:"),
         BadOption(ev, "--deliver-at", "tomorrow", "--deliver-at"),
