@@ -554,14 +554,6 @@ def test_0013_s_downgrade_puts_back_0009_s_payload_check(empty_database_url):
         engine.dispose()
 
 
-def test_the_content_type_table_in_the_database_is_the_one_python_reads(conn):
-    names = ["a", "a.", ".txt", "..txt", "a..pdf", ".a.b.png", "a.txt.gz", "a.\u212a", "résumé.PDF"]
-    names += [f"f.{e}" for e in CONTENT_TYPES] + [f"f.{e.upper()}" for e in CONTENT_TYPES]
-    guessed = conn.execute(text("SELECT outbox__guess_content_type_v1(n) FROM unnest(CAST(:n AS text[])) AS n"),
-                           {"n": names}).scalars().all()
-    assert guessed == [guess_content_type(n) for n in names]
-
-
 # -- two transactions at once ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("second_payload, refused", [({"v": 1}, False), ({"v": 2}, True)])
