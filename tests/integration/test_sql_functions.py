@@ -527,7 +527,7 @@ def test_the_downgrades_put_back_what_each_upgrade_found(empty_database_url):
         engine.dispose()
 
 
-def test_0013_s_downgrade_puts_back_0009_s_payload_check(empty_database_url):
+def test_0014_s_downgrade_puts_back_0009_s_payload_check(empty_database_url):
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
     from test_migrations import downgrade
@@ -537,17 +537,17 @@ def test_0013_s_downgrade_puts_back_0009_s_payload_check(empty_database_url):
     engine = create_engine(empty_database_url, poolclass=NullPool)
     check = text("SELECT prosrc FROM pg_proc WHERE proname = 'outbox__check_json_v1'")
     try:
-        upgrade(engine, "0012")
+        upgrade(engine, "0013")
         with engine.connect() as c:
             before = c.execute(check).scalar_one()
-        upgrade(engine, "0013")
+        upgrade(engine, "0014")
         with engine.connect() as c:
             for payload in (None, Raw("null")):  # SQL NULL and JSON null
                 with pytest.raises(Refused) as refused, c.begin():
                     call(c, "event", stream="s", type="t", payload=payload)
                 assert (refused.value.field, refused.value.message) == (
                     "payload", "payload: is required (a null payload is refused); send a JSON value such as {}")
-        downgrade(engine, "0012")
+        downgrade(engine, "0013")
         with engine.connect() as c:
             assert c.execute(check).scalar_one() == before
     finally:

@@ -8,14 +8,14 @@ the payload's JSON text, under the same name and signature; the `_v1`
 functions keep their arguments. tests/integration/test_sql_functions.py holds
 both to the same field.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-06
 """
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
