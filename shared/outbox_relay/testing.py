@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Sequence
 
 from .ids import uuid7
@@ -175,7 +176,7 @@ class InMemoryStore(Store):
                 r.lease_owner, r.lease_expires_at = owner, now + lease_seconds
             messages.append(ClaimedMessage(r.seq, r.message_id, r.status, r.destination, r.type, r.key,
                                            r.payload_json, r.headers_json, r.attempts, self._max(r),
-                                           f"{r.created_at:.6f}"))
+                                           _iso(r.created_at)))
         locked = tuple(heads.values())
         self.locked_heads.seen(locked)
         return ClaimResult(tuple(sorted(messages, key=lambda m: m.seq)), len(due) - len(out_of_turn) + held,
@@ -248,3 +249,9 @@ class InMemoryStore(Store):
         if k.lease_owner == owner and k.lease_expires_at > self.now:
             return -math.inf
         return math.inf
+
+
+def _iso(seconds: float) -> str:
+    """A time on the store's clock as the claim statement writes `created_at`."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
