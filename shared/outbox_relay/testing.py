@@ -90,14 +90,22 @@ class InMemoryStore(Store):
         self.rows[seq].locked_by = None
 
     def redrive(self, seqs: Sequence[int]) -> int:
-        """Dead letters back to pending with fresh attempts, due now (`outbox dead redrive`)."""
-        n = 0
-        for seq in seqs:
-            row = self.rows[seq]
-            if row.status is Status.DEAD:
-                row.status, row.attempts, row.available_at = Status.PENDING, 0, self.now
-                n += 1
-        return n
+        """Dead letters back to pending with fresh attempts, due now (`outbox dead redrive`);
+        the never-tried rows of their keys that a claim moved ahead meanwhile, due now too."""
+        moved = [self.rows[seq] for seq in seqs if self.rows[seq].status is Status.DEAD]
+        for row in moved:
+            row.status, row.attempts, row.available_at = Status.PENDING, 0, self.now
+        firsts: dict[tuple[str, str], int] = {}
+        for row in moved:
+            if row.key is not None:
+                k = (row.destination, row.key)
+                firsts[k] = min(firsts.get(k, row.seq), row.seq)
+        for (destination, key), first in firsts.items():
+            for k in self._key_rows(destination, key):
+                if (k.seq > first and k.status is Status.PENDING and k.attempts == 0
+                        and k.available_at > self.now and k.available_at != k.scheduled_at):
+                    k.available_at = self.now
+        return len(moved)
 
     # -- the Store contract ------------------------------------------------------------
     def claim(self, owner: str, limit: int, lease_seconds: float,

@@ -165,6 +165,17 @@ def test_a_dead_letter_holds_its_key_under_block_until_redriven(harness) -> None
     assert seqs(store.claim("one", 10, LEASE)) == [k1, k2]
 
 
+def test_a_redrive_brings_back_at_once_what_its_dead_letter_held(harness) -> None:
+    store = harness.make(ordering_on_dead=OrderingOnDead.BLOCK)
+    k1, k2 = harness.add(2, key="k")
+    store.claim("one", 1, LEASE)
+    store.record("one", [Outcome(k1, OutcomeKind.DEAD, None, "bad", None)])
+    assert store.claim("one", 10, LEASE).messages == () and harness.row(k2)[3] is False  # held
+    harness.redrive(k1)
+    assert harness.row(k2)[3] is True  # due again, not after the hold
+    assert seqs(store.claim("one", 10, LEASE)) == [k1, k2]
+
+
 def test_a_dead_letter_lets_its_key_go_under_skip(harness) -> None:
     store = harness.make(ordering_on_dead=OrderingOnDead.SKIP)
     k1, k2 = harness.add(2, key="k")
