@@ -6,7 +6,6 @@ from permanent bounces and complaints, and the relay's dead letters for it."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any, Callable
 
@@ -18,7 +17,6 @@ from outbox_relay.feedback.hashing import AddressHasher
 from outbox_relay.feedback.store import SuppressionList
 from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
-from outbox_tools.lambda_local import LocalContext, load_handler
 from support.feedback import ADDRESS_KEY, SAMPLES, event_for, inner, sample, with_inner
 from support.ses import make_publisher, sent_messages
 
@@ -27,19 +25,9 @@ HASHER = AddressHasher(ADDRESS_KEY)
 
 
 @pytest.fixture
-def feedback(monkeypatch, database_url) -> Callable[[dict], dict]:
+def feedback(feedback_handler) -> Callable[[dict], dict]:
     """feedback(event) -> the feedback function's summary, through its handler."""
-    for key in list(os.environ):
-        if key.startswith("OUTBOX_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("DATABASE_URL", database_url)
-    monkeypatch.setenv("OUTBOX_SES_ADDRESS_KEY", ADDRESS_KEY)
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "OutboxRelayTest")
-    feedback_run.reset()
-    handler = load_handler("feedback")
-    yield lambda event: handler(event, LocalContext(30))
-    feedback_run.reset()
+    return feedback_handler
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ test (its outbox id, SES id and recipients), and the feedback handler's environm
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -69,6 +70,9 @@ def feedback_handler(monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iter
     from outbox_relay.feedback import run as feedback_run
     from outbox_tools.lambda_local import LocalContext, load_handler
 
+    for key in list(os.environ):  # only this fixture's settings reach the function
+        if key.startswith("OUTBOX_"):
+            monkeypatch.delenv(key)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("OUTBOX_SES_ADDRESS_KEY", ADDRESS_KEY)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
