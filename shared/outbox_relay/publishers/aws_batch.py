@@ -1,16 +1,10 @@
-"""What the AWS batch channels (SQS ``SendMessageBatch``, SNS ``PublishBatch``,
-EventBridge ``PutEvents``) share: a cheap gate, batch calls of at most 10 entries
-and 256 KiB, run a few at a time, and each entry's outcome classified by its own
-error code (docs/channels.md, "SQS, SNS and EventBridge").
+"""What the AWS batch channels (SQS, SNS, EventBridge) share: a cheap gate, batch
+calls of at most 10 entries and 256 KiB run a few at a time, each entry classified by
+its own error code (docs/channels.md, "SQS, SNS and EventBridge").
 
-Per-key order inside a batch: a call carries at most one message of each ordering
-key, and a key's next message goes in a later round only once the one before it
-was delivered; after a failure the key's later messages are reported not
-attempted. Calls of one round carry distinct keys, so they may run at once.
-
-A channel's publisher derives from `AwsBatchPublisher` and supplies the request
-of one entry (`entry`; `aws_entries` builds SQS's and SNS's), the call (`call`),
-the gate's probe (`probe`) and its error codes (`aws_errors.ErrorCodes`).
+Per-key order: a round carries at most one message of each key, the next one goes in
+a later round once it was delivered, and after a failure the rest of the key is not
+attempted. A channel supplies `entry`, `call`, `probe` and its `codes`.
 """
 
 from __future__ import annotations
@@ -42,11 +36,8 @@ class CallResult:
 
 
 class AwsBatchPublisher(Publisher):
-    """The batch calls, the per-key rounds and the classification the AWS batch
-    channels share; see the module docstring."""
-
     pipelined: ClassVar[bool] = True
-    #: The service's name in reasons and errors ("sqs"), and its limits per call.
+    #: The service's name in reasons and errors ("sqs").
     service: ClassVar[str]
     entries_per_call: ClassVar[int] = 10
     bytes_per_call: ClassVar[int] = 256 * 1024
@@ -61,30 +52,22 @@ class AwsBatchPublisher(Publisher):
         self._gated_at: float | None = None
         self._gate_reason: str | None = None
 
-    # -- what a channel supplies ---------------------------------------------------------------
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
-        """The request entry of `m` (its ``Id`` is `entry_id`), or the result of a message
-        that cannot be sent (a permanent failure)."""
+        """The request entry of `m`, or the (permanent) result of a message that cannot be sent."""
         raise NotImplementedError
 
     def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
-        """Make one batch call; per entry id: (delivery ref, error code, sender fault).
-        Raises botocore's exceptions for the call as a whole."""
+        """One batch call; per entry id: (delivery ref, error code, sender fault)."""
         raise NotImplementedError
 
     def probe(self) -> None:
-        """The gate's cheap call; raises botocore's exceptions when it fails."""
+        """The gate's cheap call; raises botocore's exceptions."""
         raise NotImplementedError
 
-    # -- gate and claim size -------------------------------------------------------------------
     def begin(self, deadline: Deadline) -> None:
-        """A new invocation: probe again at the next gate."""
         self._gated_at = None
 
     def gate(self) -> str | None:
-        """Run `probe` (at most every `GATE_INTERVAL_SECONDS` within an invocation): a
-        reason when the service cannot be reached or refuses the relay's destination or
-        credentials (nothing is claimed then), else None."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         now = self._clock()
@@ -102,22 +85,11 @@ class AwsBatchPublisher(Publisher):
         return self._gate_reason
 
     def claim_limit(self, batch_size: int, seconds_available: float) -> int:
-        """The batch size while time is left; the calls run a few at a time, unpaced."""
         return batch_size if seconds_available > 0 else 0
 
-    # -- delivery --------------------------------------------------------------------------------
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Deliver `messages` in rounds of batch calls, recording the results of a
-        round's calls together (`_run_round`).
-
-        Raises `StopBatch` (our destination, key or credentials refused) or
-        `DownstreamUnavailable` (the service could not be reached) after recording
-        what completed; the relay releases the rest with attempts refunded. Messages
-        not started before the deadline are not reported (the relay releases them).
-
-        Deadline rule: no call starts once `deadline.passed()`, and each call ends within
-        the client's connect + read timeouts, inside the margin (`aws_client.call_timeouts`).
-        """
+        """Deliver in rounds of batch calls; raises `StopBatch` or `DownstreamUnavailable`
+        after recording what completed (base.py's contract)."""
         if not messages:
             return
         pending: list[Entry] = []
@@ -160,8 +132,7 @@ class AwsBatchPublisher(Publisher):
 
     def _round(self, pending: list[Entry], stopped: set[tuple[str, str]]
                ) -> tuple[list[Entry], list[Entry], list[DeliveryResult]]:
-        """This round's entries (the first pending message of each key, and every message
-        without a key), those left for later rounds, and those of stopped keys."""
+        """This round's entries (each key's first and every keyless one), later ones, and stopped keys' ones."""
         now, later, skipped = [], [], []
         seen: set[tuple[str, str]] = set()
         for e in pending:
@@ -181,8 +152,7 @@ class AwsBatchPublisher(Publisher):
         return f"{self.service}: not sent: an earlier message of its key was not delivered in this batch"
 
     def _calls(self, entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
-        """The round's entries as calls: per destination, at most `entries_per_call`
-        entries and `bytes_per_call` bytes each, in seq order."""
+        """The round's entries as calls per destination, within the per-call limits, in seq order."""
         calls: list[tuple[str, list[Entry]]] = []
         open_: dict[str, tuple[list[Entry], list[int]]] = {}
         for e in entries:
@@ -203,12 +173,9 @@ class AwsBatchPublisher(Publisher):
 
     def _run_round(self, entries: list[Entry], deadline: Deadline, record: RecordResults,
                    stopped: set[tuple[str, str]]) -> tuple[str | None, str | None] | None:
-        """Run one round's calls, at most `max_concurrency` at once. Completed calls' results
-        are recorded together, in one outcome statement, at the round's end, or sooner once
-        the first of them has waited `RECORD_INTERVAL_SECONDS` (or the deadline's margin is
-        reached): round trips per batch stay constant, and a crash can resend at most what
-        completed in that interval. Returns (stop reason, unavailable reason), or None when
-        the deadline stopped calls from starting."""
+        """Run a round's calls, `max_concurrency` at once, recording completed ones together
+        (round trips stay constant; a crash resends at most one `RECORD_INTERVAL_SECONDS`).
+        Returns (stop reason, unavailable reason), or None when the deadline stopped calls."""
         calls = self._calls(entries)
         by_seq = {e.message.seq: e.message for e in entries}
         pool = self._executor()
@@ -256,7 +223,7 @@ class AwsBatchPublisher(Publisher):
 
     def _send(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
         """One call, classified per entry; a whole-call refusal that may be one entry's
-        fault is split into calls of one entry each, so a bad entry fails only itself."""
+        fault is retried one entry at a time, so a bad entry fails only itself."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -269,9 +236,8 @@ class AwsBatchPublisher(Publisher):
             PartialCredentialsError,
         )
 
-        out = CallResult()
         if deadline.passed():
-            return out
+            return CallResult()
         own = entries[0].own_destination
         try:
             answers = self.call(destination, entries)
@@ -283,40 +249,29 @@ class AwsBatchPublisher(Publisher):
             if any(code in e.chosen for e in entries):
                 if len(entries) > 1:  # whose choice was refused: find out one entry at a time
                     return self._one_by_one(destination, entries, deadline)
-                out.results = [self._failed(entries[0], ErrorClass.PERMANENT, code)]
-                return out
+                return CallResult([self._failed(entries[0], ErrorClass.PERMANENT, code)])
             c = classify_code(self.codes, code, sender, own_destination=own, status=status)
             if c.verdict is Verdict.STOP:
-                out.stop = f"{self.service} refused the call ({code})"
                 log.error(f"{self.service} refused the relay", extra={"error_code": code})
-                return out
+                return CallResult(stop=f"{self.service} refused the call ({code})")
             if c.error_class is ErrorClass.PERMANENT and len(entries) > 1:
                 return self._one_by_one(destination, entries, deadline)
-            out.results = [self._failed(e, c.error_class, code) for e in entries]
-            return out
+            return CallResult([self._failed(e, c.error_class, code) for e in entries])
         except ParamValidationError:
             if len(entries) > 1:
                 return self._one_by_one(destination, entries, deadline)
-            out.results = [self._failed(entries[0], ErrorClass.PERMANENT, "ParamValidationError")]
-            return out
+            return CallResult([self._failed(entries[0], ErrorClass.PERMANENT, "ParamValidationError")])
         except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
-            out.stop = f"{self.service}: {type(exc).__name__}"
-            return out
+            return CallResult(stop=f"{self.service}: {type(exc).__name__}")
         except (EndpointConnectionError, ConnectTimeoutError) as exc:
             # Not connected: nothing was sent; the service is unavailable, not the messages bad.
-            out.unavailable = f"{self.service} unavailable ({type(exc).__name__})"
-            return out
-        except (BotoCoreError, ConnectionClosedError, OSError) as exc:
-            # Sent, but no answer (timeout, reset): it may have arrived; retried with backoff,
-            # and the message id lets the consumer drop the copy.
-            out.results = [self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries]
-            return out
+            return CallResult(unavailable=f"{self.service} unavailable ({type(exc).__name__})")
         except Exception as exc:  # noqa: BLE001 (a reply we could not read, a bug): nobody's verdict
-            # Whether it arrived is unknown, as after a timeout: retried with backoff, the message id
-            # lets the consumer drop a copy; the other calls in flight are still recorded.
-            log.exception(f"{self.service} call failed unexpectedly", extra={"error_type": type(exc).__name__})
-            out.results = [self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries]
-            return out
+            # Sent, no answer (or none we could read): it may have arrived; retried, the id dedupes.
+            if not isinstance(exc, (BotoCoreError, ConnectionClosedError, OSError)):
+                log.exception(f"{self.service} call failed unexpectedly", extra={"error_type": type(exc).__name__})
+            return CallResult([self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries])
+        out = CallResult()
         for e in entries:
             ref, code, sender_fault = answers.get(str(e.message.seq), (None, "MissingResult", None))
             if ref is not None:

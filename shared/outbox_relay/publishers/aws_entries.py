@@ -1,6 +1,5 @@
-"""One claimed message as an AWS batch request entry, and a batch reply as per-entry
-answers: what SQS's ``SendMessageBatch`` and SNS's ``PublishBatch`` share (message
-attributes, FIFO group and deduplication ids, the Successful/Failed reply)."""
+"""A claimed message as an AWS batch request entry, and a batch reply as per-entry
+answers: what SQS's and SNS's batch calls share."""
 
 from __future__ import annotations
 
@@ -11,14 +10,11 @@ from typing import Any, Mapping
 
 from ..models import ClaimedMessage, DeliveryResult, ErrorClass
 
-# A MessageGroupId is 1-128 of these ("SendMessageBatchRequestEntry").
 _GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
 
 
 @dataclass(slots=True)
 class Entry:
-    """One claimed message, as one request entry."""
-
     message: ClaimedMessage
     request: dict[str, Any]
     size: int
@@ -31,11 +27,9 @@ class Entry:
 
 def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field: str,
                      fifo: bool) -> Entry | DeliveryResult:
-    """The SQS or SNS request entry of `m`: the payload JSON as the body (`body_field`),
-    the message id, type, ordering key and headers as String attributes; on a FIFO queue
-    or topic the ordering key as ``MessageGroupId`` (the message id for a message without
-    one: a group of its own) and the message id as ``MessageDeduplicationId``. A message
-    over 256 KiB with its attributes is a permanent failure."""
+    """The SQS or SNS entry of `m`: the payload as `body_field`, id, type, key and headers as
+    attributes; on FIFO the key (or the id) as group and the id as deduplication id.
+    Over 256 KiB with its attributes: a permanent failure."""
     from ..aws_messages import (
         ID_ATTRIBUTE,
         KEY_ATTRIBUTE,
@@ -64,18 +58,14 @@ def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field:
 
 
 def group_id(key: str) -> str:
-    """The FIFO ``MessageGroupId`` of an ordering key: the key itself when SQS and SNS
-    take it (1-128 printable ASCII characters), else a digest of it (the key still
-    travels as the `outbox-key` attribute)."""
+    """The FIFO group id of a key: the key when SQS and SNS take it, else its digest."""
     if _GROUP_ID.fullmatch(key):
         return key
     return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def batch_answers(reply: Mapping[str, Any], service: str) -> dict[str, tuple[str | None, str | None, bool | None]]:
-    """Per entry id, from a ``SendMessageBatch`` or ``PublishBatch`` reply: (delivery ref,
-    error code, sender fault). The ref is the service's message id, and its sequence
-    number on a FIFO queue or topic."""
+    """Per entry id: (ref, error code, sender fault); the ref is the message id (and FIFO sequence number)."""
     out: dict[str, tuple[str | None, str | None, bool | None]] = {}
     for ok in reply.get("Successful") or ():
         ref = f"{service}:{ok['MessageId']}"

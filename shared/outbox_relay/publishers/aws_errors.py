@@ -1,6 +1,4 @@
-"""Whose fault an AWS batch call's or entry's error is (SQS, SNS, EventBridge): each
-service's error codes by what they mean for the relay, and the one rule that reads
-them (docs/channels.md, "SQS, SNS and EventBridge")."""
+"""Whose fault an AWS batch call's or entry's error is (docs/channels.md, "SQS, SNS and EventBridge")."""
 
 from __future__ import annotations
 
@@ -16,17 +14,13 @@ IDENTITY_CODES = CREDENTIAL_CODES - {"AccessDeniedException", "AccessDenied", "A
 
 
 class Verdict(enum.Enum):
-    """What one entry's (or one call's) error means."""
-
     MESSAGE = "message"  # this message's outcome: recorded with its class
     STOP = "stop"  # our queue, topic, bus, credentials or key refused: StopBatch, the rest refunded
 
 
 @dataclass(frozen=True)
 class ErrorCodes:
-    """A service's error codes, by what they mean for the relay. Anything not named
-    here is the message's fault when the service says the sender was at fault
-    (``SenderFault``) and transient otherwise."""
+    """A service's error codes by meaning; others are the sender's fault when it says so, else transient."""
 
     throttled: frozenset[str]
     #: Our destination, key or credentials refused: every message would fail the same way.
@@ -45,15 +39,8 @@ class Classification:
 
 def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, own_destination: bool = True,
                   status: int | None = None) -> Classification:
-    """Classify one error code (an entry's or a whole call's).
-
-    Throttling → throttled (attempt refunded). A refusal of our destination or
-    credentials → StopBatch when the destination is the relay's own (every message
-    would fail alike), permanent when the message chose it, except a refusal of the
-    credentials themselves (`IDENTITY_CODES`), always StopBatch. Named service-side
-    failures and 5xx → transient. Otherwise the sender's fault → permanent, and
-    anything unknown → transient (retried with backoff, then dead-lettered).
-    """
+    """Classify an entry's or a call's error code. A refusal of our destination stops the
+    batch (every message would fail alike), but is permanent for one the message chose."""
     if code in codes.throttled:
         return Classification(ErrorClass.THROTTLED)
     if code in codes.configuration or code in CREDENTIAL_CODES:

@@ -1,14 +1,8 @@
-"""Amazon EventBridge publisher: ``PutEvents``, 10 entries and 256 KiB per call
-(docs/channels.md, "EventBridge").
+"""Amazon EventBridge publisher: ``PutEvents`` (docs/channels.md, "EventBridge").
 
-Each message is one event: its payload object is the detail, with the message id
-added as the detail's `outbox-message-id` field (EventBridge does not deduplicate,
-so a rule's target must be able to); its type is the detail-type; its source and
-bus are its own or OUTBOX_EVENTBRIDGE_SOURCE and OUTBOX_EVENTBRIDGE_BUS. A call
-carries one bus's entries. ``FailedEntryCount`` and each entry's ``ErrorCode`` are
-classified per entry; a bus or source the message chose and EventBridge refuses
-fails that message only.
-"""
+An event's detail is the payload with `outbox-message-id` added (EventBridge does not
+deduplicate); a bus or source the message chose and EventBridge refuses fails that
+message only."""
 
 from __future__ import annotations
 
@@ -19,12 +13,11 @@ from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_t
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...tracing import TRACEPARENT, traceparent_to_xray
 from ..aws_batch import AwsBatchPublisher
-from ..aws_client import call_timeouts, create_client
+from ..aws_client import client_for
 from ..aws_entries import Entry
 from ..aws_errors import ErrorCodes
 
-#: The bytes the entry's Time field counts in its size, set or not
-#: ("Calculating Amazon EventBridge PutEvents event entry size").
+#: The bytes the entry's Time field counts in its size, set or not.
 TIME_BYTES = 14
 
 #: Refusals of an event's source: the relay's fault for its own source, the message's for one it chose.
@@ -42,14 +35,7 @@ CODES = ErrorCodes(
 
 
 class EventBridgePublisher(AwsBatchPublisher):
-    """Puts claimed messages on EventBridge buses with ``PutEvents``.
-
-    Args:
-        client: a boto3 ``events`` client.
-        bus: OUTBOX_EVENTBRIDGE_BUS, the bus of events that name none.
-        source: OUTBOX_EVENTBRIDGE_SOURCE, the source of events that name none.
-        max_concurrency: calls in flight at once.
-    """
+    """Puts events on buses; `bus` and `source` (OUTBOX_EVENTBRIDGE_*) for events that name none."""
 
     channel = Channel.EVENTBRIDGE
     service = "eventbridge"
@@ -62,7 +48,6 @@ class EventBridgePublisher(AwsBatchPublisher):
         self.source = source
 
     def probe(self) -> None:
-        """``DescribeEventBus`` of the relay's bus: it exists and we may reach it."""
         self.client.describe_event_bus(Name=self.bus)
 
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
@@ -82,7 +67,6 @@ class EventBridgePublisher(AwsBatchPublisher):
         trace_header = traceparent_to_xray(stored.get(TRACEPARENT, ""))
         if trace_header:
             request["TraceHeader"] = trace_header  # EventBridge takes the X-Ray form only
-        # A source the message chose and IAM refuses is that message's fault, not the relay's.
         e = Entry(m, request, size, destination=bus, own_destination=own,
                   chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
         e.request["Id"] = entry_id  # removed before the call: PutEvents entries are matched by position
@@ -103,13 +87,8 @@ class EventBridgePublisher(AwsBatchPublisher):
 
 
 def build_eventbridge_publisher(settings: Any, client: Any | None = None) -> EventBridgePublisher:
-    """The EventBridge publisher for `settings` (OUTBOX_EVENTBRIDGE_*), with a new client unless
-    one is given. Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is too small."""
-    margin = float(settings.deadline_margin_seconds)
-    call_timeouts(margin, "EventBridge")
+    """The EventBridge publisher for `settings` (OUTBOX_EVENTBRIDGE_*), with a new client unless one is given."""
     return EventBridgePublisher(
-        client if client is not None else create_client(
-            "events", "EventBridge", max_concurrency=settings.eventbridge_max_concurrency,
-            deadline_margin_seconds=margin, region_name=settings.region),
+        client_for(settings, client, "events", "EventBridge", settings.eventbridge_max_concurrency),
         bus=settings.eventbridge_bus, source=settings.eventbridge_source,
         max_concurrency=settings.eventbridge_max_concurrency)

@@ -1,12 +1,5 @@
 """Amazon SNS publisher: ``PublishBatch`` to one topic, standard or FIFO
-(docs/channels.md, "SNS").
-
-Each message is one SNS message: the payload JSON is its ``Message``; the message
-id, type, ordering key and headers are message attributes (`aws_messages`). On a
-FIFO topic the ordering key is the ``MessageGroupId`` (a message without one is a
-group of its own) and the message id is the ``MessageDeduplicationId``, as on a
-FIFO queue.
-"""
+(docs/channels.md, "SNS"; the entry is `aws_entries.attributed_entry`)."""
 
 from __future__ import annotations
 
@@ -14,7 +7,7 @@ from typing import Any, Sequence
 
 from ...models import Channel, ClaimedMessage, DeliveryResult
 from ..aws_batch import AwsBatchPublisher
-from ..aws_client import call_timeouts, create_client
+from ..aws_client import client_for
 from ..aws_entries import Entry, attributed_entry, batch_answers
 from ..aws_errors import ErrorCodes
 
@@ -31,13 +24,7 @@ CODES = ErrorCodes(
 
 
 class SnsPublisher(AwsBatchPublisher):
-    """Publishes claimed messages to one SNS topic with ``PublishBatch``.
-
-    Args:
-        client: a boto3 ``sns`` client.
-        topic_arn: OUTBOX_SNS_TOPIC_ARN.
-        max_concurrency: calls in flight at once.
-    """
+    """Publishes to one SNS topic (`topic_arn`, OUTBOX_SNS_TOPIC_ARN), `max_concurrency` calls at once."""
 
     channel = Channel.SNS
     service = "sns"
@@ -49,7 +36,6 @@ class SnsPublisher(AwsBatchPublisher):
         self.fifo = topic_arn.endswith(".fifo")
 
     def probe(self) -> None:
-        """``GetTopicAttributes`` of the topic: it exists and we may reach it."""
         self.client.get_topic_attributes(TopicArn=self.topic_arn)
 
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
@@ -62,12 +48,6 @@ class SnsPublisher(AwsBatchPublisher):
 
 
 def build_sns_publisher(settings: Any, client: Any | None = None) -> SnsPublisher:
-    """The SNS publisher for `settings` (OUTBOX_SNS_*), with a new client unless one is given.
-    Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is too small."""
-    margin = float(settings.deadline_margin_seconds)
-    call_timeouts(margin, "SNS")
-    return SnsPublisher(
-        client if client is not None else create_client(
-            "sns", "SNS", max_concurrency=settings.sns_max_concurrency, deadline_margin_seconds=margin,
-            region_name=settings.region),
-        topic_arn=settings.sns_topic_arn, max_concurrency=settings.sns_max_concurrency)
+    """The SNS publisher for `settings` (OUTBOX_SNS_*), with a new client unless one is given."""
+    return SnsPublisher(client_for(settings, client, "sns", "SNS", settings.sns_max_concurrency),
+                        topic_arn=settings.sns_topic_arn, max_concurrency=settings.sns_max_concurrency)

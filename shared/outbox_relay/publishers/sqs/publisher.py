@@ -1,12 +1,5 @@
 """Amazon SQS publisher: ``SendMessageBatch`` to one queue, standard or FIFO
-(docs/channels.md, "SQS").
-
-Each message is one SQS message: the payload JSON is its body; the message id,
-type, ordering key and headers are message attributes (`aws_messages`). On a FIFO
-queue the ordering key is the ``MessageGroupId`` (a message without one is a group
-of its own) and the message id is the ``MessageDeduplicationId``, so SQS itself
-drops a second send within its five-minute deduplication interval.
-"""
+(docs/channels.md, "SQS"; the entry is `aws_entries.attributed_entry`)."""
 
 from __future__ import annotations
 
@@ -14,7 +7,7 @@ from typing import Any, Sequence
 
 from ...models import Channel, ClaimedMessage, DeliveryResult
 from ..aws_batch import AwsBatchPublisher
-from ..aws_client import create_client
+from ..aws_client import client_for
 from ..aws_entries import Entry, attributed_entry, batch_answers
 from ..aws_errors import ErrorCodes
 
@@ -35,13 +28,7 @@ CODES = ErrorCodes(
 
 
 class SqsPublisher(AwsBatchPublisher):
-    """Sends claimed messages to one SQS queue with ``SendMessageBatch``.
-
-    Args:
-        client: a boto3 ``sqs`` client.
-        queue_url: OUTBOX_SQS_QUEUE_URL.
-        max_concurrency: calls in flight at once.
-    """
+    """Sends to one SQS queue (`queue_url`, OUTBOX_SQS_QUEUE_URL), `max_concurrency` calls at once."""
 
     channel = Channel.SQS
     service = "sqs"
@@ -53,7 +40,6 @@ class SqsPublisher(AwsBatchPublisher):
         self.fifo = queue_url.endswith(".fifo")
 
     def probe(self) -> None:
-        """``GetQueueAttributes`` of the queue: it exists and we may reach it."""
         self.client.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])
 
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
@@ -65,14 +51,6 @@ class SqsPublisher(AwsBatchPublisher):
 
 
 def build_sqs_publisher(settings: Any, client: Any | None = None) -> SqsPublisher:
-    """The SQS publisher for `settings` (OUTBOX_SQS_*), with a new client unless one is given.
-    Raises `ConfigurationError` naming OUTBOX_DEADLINE_MARGIN_SECONDS when it is too small."""
-    from ..aws_client import call_timeouts
-
-    margin = float(settings.deadline_margin_seconds)
-    call_timeouts(margin, "SQS")
-    return SqsPublisher(
-        client if client is not None else create_client(
-            "sqs", "SQS", max_concurrency=settings.sqs_max_concurrency, deadline_margin_seconds=margin,
-            region_name=settings.region),
-        queue_url=settings.sqs_queue_url, max_concurrency=settings.sqs_max_concurrency)
+    """The SQS publisher for `settings` (OUTBOX_SQS_*), with a new client unless one is given."""
+    return SqsPublisher(client_for(settings, client, "sqs", "SQS", settings.sqs_max_concurrency),
+                        queue_url=settings.sqs_queue_url, max_concurrency=settings.sqs_max_concurrency)
