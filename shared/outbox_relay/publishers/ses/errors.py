@@ -1,10 +1,6 @@
-"""Whose fault an SES ``SendEmail`` error is, and so what happens next
-(docs/channels.md, "Errors: whose fault, and what happens").
-
-A rejection about a value every message shares (the configured sender, the
-configured configuration set, the account) would dead-letter the whole queue
-one message at a time, so it stops the batch instead, with attempts refunded.
-"""
+"""Whose fault an SES ``SendEmail`` error is (docs/channels.md, "Errors: whose fault").
+A refusal of a value every message shares stops the batch, or it would dead-letter
+the whole queue one message at a time."""
 
 from __future__ import annotations
 
@@ -17,14 +13,11 @@ from ..aws_client import CREDENTIAL_CODES
 
 _THROTTLE_CODES = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
                              "ThrottlingException"})
-_CREDENTIAL_CODES = CREDENTIAL_CODES
 _MESSAGE_CODES = frozenset({"MessageRejected", "MailFromDomainNotVerifiedException", "NotFoundException",
                             "BadRequestException", "InvalidParameterValue", "ValidationException"})
 
 
 class Verdict(enum.Enum):
-    """What one send attempt means for the batch."""
-
     DELIVERED = "delivered"  # SES accepted it
     MESSAGE = "message"  # this message's outcome (permanent, transient, throttled): recorded
     QUOTA = "quota"  # daily quota exceeded: deferred long, no further sends this invocation
@@ -42,32 +35,10 @@ class Classification:
 def classify_client_error(code: str, message: str, status: int | None, *, own_sender: str | None = None,
                           own_configuration_set: str | None = None, default_sender: str | None = None,
                           default_configuration_set: str | None = None) -> Classification:
-    """Classify an SES v2 ``SendEmail`` error by whose fault it is.
-
-    Args:
-        code: the error code (``ClientError.response["Error"]["Code"]``).
-        message: the error message; quota and rate throttles are told apart by it
-            ("Errors related to the sending quotas for your Amazon SES account":
-            "Daily message quota exceeded", "Maximum sending rate exceeded").
-        status: the HTTP status code, if any.
-        own_sender / own_configuration_set: the address and configuration set the
-            message names itself (None when it uses the configured default).
-        default_sender / default_configuration_set: OUTBOX_SES_FROM's address and
-            OUTBOX_SES_CONFIGURATION_SET.
-
-    The rules (SES API v2 reference, "SendEmail", Errors):
-    - quota exceeded → throttled, deferred long (QUOTA); rate throttles
-      (TooManyRequests, LimitExceeded, Throttling) → throttled, refunded;
-    - AccountSuspended → configuration (STOP); SendingPaused → downstream
-      unavailable (PAUSED);
-    - credential or IAM refusals → configuration (STOP), unless they name the
-      sender identity or configuration set the message chose itself (permanent);
-    - MessageRejected / MailFromDomainNotVerified / NotFound / BadRequest:
-      about a value from our configuration (the configured sender identity,
-      the configured configuration set) every message would fail the same way →
-      configuration (STOP); otherwise the message's fault → permanent;
-    - 5xx and unknown codes → transient (retried with backoff).
-    """
+    """Classify a ``SendEmail`` error. `own_*`: what the message chose itself (None: the
+    default); the message text tells the daily quota from the rate throttle. A refusal
+    naming our configured sender or configuration set stops the batch; 5xx and unknown
+    codes are transient."""
     text = (message or "").lower()
     if "daily message quota exceeded" in text:
         return Classification(ErrorClass.THROTTLED, Verdict.QUOTA)
@@ -77,7 +48,7 @@ def classify_client_error(code: str, message: str, status: int | None, *, own_se
         return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
     if code == "SendingPausedException":
         return Classification(ErrorClass.DOWNSTREAM_UNAVAILABLE, Verdict.PAUSED)
-    if code in _CREDENTIAL_CODES:
+    if code in CREDENTIAL_CODES:
         if _names_own_choice(text, own_sender, own_configuration_set):
             return Classification(ErrorClass.PERMANENT, Verdict.MESSAGE)
         return Classification(ErrorClass.CONFIGURATION, Verdict.STOP)
@@ -96,8 +67,7 @@ def classify_client_error(code: str, message: str, status: int | None, *, own_se
 
 
 def _names_own_choice(text: str, own_sender: str | None, own_configuration_set: str | None) -> bool:
-    """Whether an IAM refusal names the sender identity (address or domain) or the
-    configuration set that the message chose itself."""
+    """Whether an IAM refusal names the sender identity or configuration set the message chose."""
     if own_sender:
         domain = own_sender.rsplit("@", 1)[-1].lower()
         if own_sender.lower() in text or f"identity/{domain}" in text:
@@ -108,8 +78,7 @@ def _names_own_choice(text: str, own_sender: str | None, own_configuration_set: 
 def classify_exception(exc: BaseException, *, own_sender: str | None = None,
                        own_configuration_set: str | None = None, default_sender: str | None = None,
                        default_configuration_set: str | None = None) -> tuple[Classification, str]:
-    """Classify any exception a ``SendEmail`` call raised; returns the classification and
-    the error code (or exception type name) for the stored error text."""
+    """Classify what ``SendEmail`` raised; returns it with the code (or exception type) for the error text."""
     from botocore.exceptions import (
         ClientError,
         NoCredentialsError,
@@ -137,11 +106,8 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
 
 
 def answer_was_lost(exc: BaseException) -> bool:
-    """Whether SES may have accepted a send whose answer we did not get: the
-    request went out and then the connection dropped (reset or closed before the
-    reply), the reply came later than the read timeout, or SES answered 5xx
-    after the body was sent. A refused connection or a connect timeout sent
-    nothing, and any other answer is SES's word: those are not ambiguous."""
+    """Whether SES may have accepted a send whose answer we lost: the connection dropped or
+    timed out reading after the request went out, or SES answered 5xx (not a throttle)."""
     from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
     if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):

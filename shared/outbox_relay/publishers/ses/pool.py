@@ -1,14 +1,7 @@
-"""The sending pool: paced, concurrent ``SendEmail`` calls for one batch, with
-outcomes handed to the relay in small groups as sends complete.
-
-Messages of one ordering key are sent one at a time, in order; different keys
-go concurrently. After a failure the key's later messages are reported not
-attempted (docs/design.md, "Per-key ordering").
-
-Email is user-visible, so duplicates matter: a crash re-sends at most the
-unrecorded group plus the sends in flight (docs/channels.md, "Duplicate window").
-Threads only send and classify; the calling thread prepares requests, starts
-sends and records, so `record` is never called from two threads.
+"""The sending pool: one batch's paced, concurrent ``SendEmail`` calls, outcomes
+recorded in small groups (a crash re-sends at most one group plus the sends in
+flight). A key's messages go one at a time, in order. Threads only send and
+classify; the calling thread records, so `record` never runs on two threads.
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ from .requests import Prepared, exception_message, redact, redactions
 THROTTLE_PAUSE_SECONDS = 1.0
 #: Completed sends wait at most this long before being recorded, seconds.
 RECORD_INTERVAL_SECONDS = 1.0
-#: Why a message of a key was not sent: an earlier one of its key was not.
 KEY_STOPPED = "ses: not sent: an earlier message of its key was not sent in this batch"
 
 Prepare = Callable[[ClaimedMessage], "Prepared | DeliveryResult | None"]
@@ -40,8 +32,6 @@ Prepare = Callable[[ClaimedMessage], "Prepared | DeliveryResult | None"]
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """What one worker thread's send came to."""
-
     seq: int
     verdict: Verdict
     result: DeliveryResult | None = None
@@ -51,8 +41,6 @@ class Attempt:
 
 @dataclass
 class Tally:
-    """Counts for the batch's log line (no personal data)."""
-
     sent: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     not_started: int = 0
@@ -63,16 +51,12 @@ class Tally:
 
 @dataclass(frozen=True)
 class SendSettings:
-    """What the pool needs from the publisher's configuration."""
-
     max_concurrency: int
     record_group_size: int
     record_interval_seconds: float
     quota_deferral_seconds: float
     default_sender_address: str | None
     default_configuration_set: str | None
-    #: With feedback on the default configuration set: how long a send whose answer was lost
-    #: waits for its event before it is sent again, seconds; None: such a send is transient.
     settle_seconds: float | None = None
 
 
@@ -95,15 +79,12 @@ class SendBatch:
         self.failure: Exception | None = None
         self.tally = Tally()
         self._absorbed: set[Future] = set()
-        # Per-key turns: the key of each message with one, the keys with a send in
-        # flight, their next messages waiting, and the keys stopped by a failure.
         self._key_of: dict[int, tuple[str, str]] = {}
         self._busy: set[tuple[str, str]] = set()
         self._waiting: dict[tuple[str, str], deque[ClaimedMessage]] = {}
         self._stopped_keys: set[tuple[str, str]] = set()
         self._ready: deque[ClaimedMessage] = deque()
 
-    # -- results, recorded in groups -------------------------------------------------------------
     def add(self, result: DeliveryResult) -> None:
         if not self.pending:
             self.first_pending_at = self.clock()
@@ -128,7 +109,6 @@ class SendBatch:
         if self.failure is None:
             self.failure = exc
 
-    # -- completions -----------------------------------------------------------------------------
     def absorb(self, done: set[Future]) -> None:
         for fut in done:
             if fut in self._absorbed:
@@ -170,14 +150,8 @@ class SendBatch:
         self.flush()
         return rest
 
-    # -- the batch -------------------------------------------------------------------------------
     def run(self, messages: Sequence[ClaimedMessage], prepare: Prepare) -> None:
-        """Prepare and send `messages` in order, at most `max_concurrency` at once.
-
-        Raises `StopBatch` or `DownstreamUnavailable` after recording what
-        completed; messages never started are not reported (the relay releases
-        them). Any other exception leaves only after the completed sends were
-        recorded, so none of them is sent again after the lease expires."""
+        """Send `messages` in order; any exception leaves only after what completed is recorded."""
         in_flight: set[Future] = set()
         self._ready.extend(messages)
         for m in messages:
@@ -238,10 +212,8 @@ class SendBatch:
         if self.failure is not None:
             raise self.failure
 
-    # -- per-key turns ---------------------------------------------------------------------------
     def _take_turn(self, m: ClaimedMessage) -> bool:
-        """Whether `m` may be sent now: it has no key, or its key has no send in
-        flight (else it waits for it) and was not stopped (else it is reported)."""
+        """Whether `m` may go now; else it waits for its key's send or is reported stopped."""
         k = self._key_of.get(m.seq)
         if k is None:
             return True
@@ -255,8 +227,7 @@ class SendBatch:
         return True
 
     def _key_done(self, seq: int, delivered: bool) -> None:
-        """The send of `seq` ended: its key's next message is next to go, or, when
-        it was not delivered, the key's waiting messages are reported not attempted."""
+        """`seq`'s send ended: its key's next goes next, or, undelivered, the rest is not attempted."""
         k = self._key_of.get(seq)
         if k is None:
             return
@@ -282,8 +253,7 @@ class SendBatch:
                                   error=f"ses: unexpected error preparing the send ({type(exc).__name__})")
 
     def _settles(self, p: Prepared) -> bool:
-        """Whether feedback can settle this send: it is on, and the message goes
-        through the configuration set whose events reach the feedback function."""
+        """Feedback is on and the send goes through the configuration set whose events it reads."""
         return self.settings.settle_seconds is not None and (
             p.own_configuration_set is None or p.own_configuration_set == self.settings.default_configuration_set)
 

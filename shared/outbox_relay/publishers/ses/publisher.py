@@ -1,22 +1,8 @@
-"""Amazon SES (API v2) publisher: a ``GetAccount`` gate, paced concurrent
-``SendEmail`` calls, outcomes recorded in small groups as sends complete.
-
-One invocation:
-
-1. `gate()` calls ``GetAccount`` once: sending must be enabled, the account not
-   shut down, and the 24-hour quota not used up; it reads ``MaxSendRate`` (capped
-   by OUTBOX_SES_MAX_SEND_RATE when set) for the whole invocation.
-2. `claim_limit()` claims no more than can be sent at that rate before the
-   deadline (and no more than the quota left).
-3. `deliver()` sends through the pool (`pool.SendBatch`), paced by the rate
-   limiter (`rate.SendRateLimiter`), each error classified by whose fault it is
-   (`errors.classify_exception`).
-
-An invocation of several batches (drain, latency) keeps one limiter for all
-of them, so the rate holds across batches, and asks GetAccount again only
-every `GATE_INTERVAL_SECONDS`. A latency-mode poller paces at its share of the
-rate (`share_rate`: one over the live pollers of the channel, from the poller
-registry), so pollers that overlap at a handover never exceed it together.
+"""Amazon SES v2 publisher: a ``GetAccount`` gate, then ``SendEmail`` calls paced by the
+account's MaxSendRate (`rate`), sent concurrently (`pool`), each error classified by
+whose fault it is (`errors`). One limiter serves every batch of an invocation, and a
+latency-mode poller paces at its share of the rate (`share_rate`), so pollers that
+overlap at a handover never exceed it together.
 """
 
 from __future__ import annotations
@@ -31,8 +17,9 @@ from ...errors import ConfigurationError, InvalidMessageError
 from ...feedback.hashing import normalise
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
+from ..aws_client import client_for
 from ..base import Deadline, Publisher, RecordResults
-from .client import create_ses_client, ses_timeouts, supports_simple_headers
+from .client import supports_simple_headers
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
 from .requests import Prepared, prepare
@@ -45,24 +32,9 @@ _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class SesPublisher(Publisher):
-    """Sends claimed emails through SES v2 ``SendEmail``.
-
-    Args:
-        client: a boto3 ``sesv2`` client (`get_account`, `send_email` are used).
-        default_sender: canonical From mailbox for messages without one (OUTBOX_SES_FROM).
-        default_configuration_set: OUTBOX_SES_CONFIGURATION_SET, or None.
-        max_concurrency: sends in flight at once (threads).
-        record_group_size: completed sends per `record` call (the duplicate window).
-        quota_deferral_seconds: deferral when the daily quota is exceeded, seconds.
-        max_send_rate: cap on the account's MaxSendRate, recipients per second, as SES
-            counts its quotas (None: none).
-        record_interval_seconds: longest wait of a completed send before it is recorded, seconds.
-        clock: monotonic clock, seconds (tests may pass their own).
-        settle_seconds: with feedback on the default configuration set, how long a send
-            whose answer was lost waits for its SES event, seconds (None: transient, as without).
-        suppression: the suppression list (a `feedback.store.SuppressionList`), checked
-            once per batch for every recipient; None: not checked.
-    """
+    """Sends emails through SES v2 ``SendEmail`` (the arguments are the OUTBOX_SES_* settings).
+    `settle_seconds`: with feedback, how long a send whose answer was lost waits for its
+    event (None: transient); `suppression`: a `SuppressionList` checked once per batch."""
 
     channel = Channel.SES
     pipelined = False
@@ -103,28 +75,21 @@ class SesPublisher(Publisher):
         self._limiter: SendRateLimiter | None = None
 
     def begin(self, deadline: Deadline) -> None:
-        """A new invocation: GetAccount again at the next gate, a new limiter."""
         self._begin(deadline)
 
     def share_rate(self, share: Callable[[], float]) -> None:
-        """From now on, pace at `share()` (0..1) of the rate: a latency-mode poller's
-        share among the channel's live pollers (each poller sets its own)."""
         self._share = share
 
     def rate_share(self) -> float:
-        """The share of the rate this invocation paces at (see `share_rate`)."""
         return 1.0 if self._share is None else self._share()
 
     @property
     def max_concurrency(self) -> int:
         return self.settings.max_concurrency
 
-    # -- gate and claim size --------------------------------------------------------------------
     def gate(self) -> str | None:
-        """Call ``GetAccount`` (SES API v2 reference, "GetAccount"): a reason when
-        sending is disabled, the account is shut down or the 24-hour quota is used
-        up (nothing is claimed), else None. Reads ``MaxSendRate`` for this invocation.
-        Within an invocation the answer is reused for `GATE_INTERVAL_SECONDS`."""
+        """``GetAccount``: a reason when sending is disabled, the account shut down or the
+        daily quota used up; reads ``MaxSendRate`` for this invocation."""
         now = self._clock()
         if self._gated_at is not None and now - self._gated_at < GATE_INTERVAL_SECONDS:
             return self._gate_reason
@@ -164,13 +129,11 @@ class SesPublisher(Publisher):
         return None
 
     def send_rate(self) -> float:
-        """Recipients per second this invocation may send to (MaxSendRate, capped); before
-        the gate ran: OUTBOX_SES_MAX_SEND_RATE or the sandbox's 1 per second."""
+        """Recipients per second (MaxSendRate, capped); before the gate: the cap or the sandbox's 1."""
         return self._rate or self.max_send_rate or FALLBACK_SEND_RATE
 
     def claim_limit(self, batch_size: int, seconds_available: float) -> int:
-        """At most what the paced rate can send in `seconds_available` seconds
-        (single-recipient messages), at most the 24-hour quota left, at most `batch_size`."""
+        """What the paced rate sends in the time available, within the daily quota left."""
         if seconds_available <= 0:
             return 0
         n = int(self.send_rate() / (1.0 + RATE_HEADROOM) * seconds_available)
@@ -178,23 +141,7 @@ class SesPublisher(Publisher):
             n = min(n, self._quota_left)
         return max(0, min(batch_size, n))
 
-    # -- delivery ---------------------------------------------------------------------------------
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Send `messages`, recording results in groups as they complete.
-
-        Raises `StopBatch` (our account, credentials, sender identity or
-        configuration set refused) or `DownstreamUnavailable` (sending paused)
-        after recording what completed; the relay releases the rest with
-        attempts refunded. Messages not started before the deadline are not
-        reported (the relay releases them).
-
-        Deadline invariant: no send starts once `deadline.seconds_left()` (the time
-        left minus OUTBOX_DEADLINE_MARGIN_SECONDS) is ≤ 0, and every send ends within
-        the client's connect + read timeouts, at most margin − 1 s (`client.ses_timeouts`);
-        so a send started before the margin always completes or times out before
-        the Lambda deadline, and once the margin is reached each completion is
-        recorded at once, leaving time to record it.
-        """
         if not messages:
             return
         if self._limiter is None or self._limiter.full_rate != self.send_rate():
@@ -205,16 +152,13 @@ class SesPublisher(Publisher):
         SendBatch(self.client, self.settings, self._limiter, deadline, record, self._clock).run(messages, prepare_one)
 
     def prepare(self, m: ClaimedMessage, payload: EmailPayload | None = None) -> Prepared | DeliveryResult | None:
-        """The ``SendEmail`` request of one message (see `requests.prepare`)."""
         return prepare(m, default_sender=self.default_sender, default_configuration_set=self.default_configuration_set,
                        simple_headers=self._simple_headers, payload=payload)
 
     def suppressing(self, messages: Sequence[ClaimedMessage]) -> Callable[[ClaimedMessage],
                                                                          Prepared | DeliveryResult | None]:
-        """`prepare` for this batch, checking every recipient against the suppression
-        list in one statement first: a message with a suppressed recipient is
-        dead-lettered (SUPPRESSED) without a send, its error naming the field, not
-        the address. A payload that does not load is left to `prepare` to refuse."""
+        """`prepare` for this batch, all recipients checked against the suppression list in one
+        statement: a suppressed one dead-letters its message, the error naming the field."""
         payloads: dict[int, EmailPayload] = {}
         for m in messages:
             try:
@@ -242,14 +186,8 @@ class SesPublisher(Publisher):
 
 
 def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublisher:
-    """The SES publisher for `settings` (OUTBOX_SES_*), with a new client unless one is given.
-
-    Raises `ConfigurationError` naming OUTBOX_SES_FROM or OUTBOX_SES_CONFIGURATION_SET
-    when they are malformed, or OUTBOX_DEADLINE_MARGIN_SECONDS when it is below
-    `client.MIN_DEADLINE_MARGIN_SECONDS` (see `client.ses_timeouts`).
-    """
-    margin = float(settings.deadline_margin_seconds)
-    ses_timeouts(margin)  # the margin check, also when a client is given
+    """The SES publisher for `settings` (OUTBOX_SES_*), with a new client unless one is given."""
+    client = client_for(settings, client, "sesv2", "SES", settings.ses_max_concurrency)
     default_sender = None
     if settings.ses_from:
         try:
@@ -261,10 +199,7 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
         raise ConfigurationError("OUTBOX_SES_CONFIGURATION_SET",
                                  "must be 1-64 ASCII letters, digits, '_' or '-'")
     return SesPublisher(
-        client if client is not None else create_ses_client(
-            max_concurrency=settings.ses_max_concurrency, deadline_margin_seconds=margin,
-            region_name=settings.region),
-        default_sender=default_sender,
+        client, default_sender=default_sender,
         default_configuration_set=config_set,
         max_concurrency=settings.ses_max_concurrency,
         record_group_size=settings.ses_record_group_size,
@@ -276,7 +211,6 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
 
 
 def suppression_list(settings: Any) -> Any:
-    """The suppression list on the relay's engine (the container's), with the addresses' key."""
     from ...feedback.hashing import address_hasher
     from ...feedback.store import SuppressionList
     from ...runtime import get_engine

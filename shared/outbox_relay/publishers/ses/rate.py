@@ -1,5 +1,4 @@
-"""Pacing SES sends below the account's MaxSendRate, which counts recipients
-per second ("Service quotas in Amazon SES")."""
+"""Pacing SES sends below the account's MaxSendRate (recipients per second)."""
 
 from __future__ import annotations
 
@@ -8,36 +7,19 @@ import time
 from collections import deque
 from typing import Callable
 
-#: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM), so N grants span 1.03 s.
+#: The bucket paces at MaxSendRate / (1 + RATE_HEADROOM).
 RATE_HEADROOM = 0.03
-#: A late grant (a garbage-collection pause, a busy interpreter) may catch up this much of the
-#: schedule, seconds, so pauses do not lower the average rate (the window still caps every 1.03 s).
+#: How much of the schedule a late grant may catch up, seconds, so pauses do not lower the rate.
 CATCH_UP_SECONDS = 0.25
 
 
 class SendRateLimiter:
-    """Paces sends below `rate_per_second` (recipients per second): a token bucket
-    of one token refilled at `rate_per_second / (1 + headroom)` (in the "generic
-    cell rate algorithm" form: one timestamp, no timer thread), guarded by a
-    sliding window that never grants more than `rate_per_second` tokens within
-    `1 + headroom` seconds.
-
-    `acquire(cost)` blocks until both allow a send *now*, then records the grant
-    at the current clock, under a lock (grants are just in time: a thread that
-    wakes late sends late and never makes the next one early). A grant that comes
-    late (a garbage-collection pause, a busy interpreter) may catch up to
-    `catch_up` seconds of the schedule, so pauses do not lower the average rate;
-    the window keeps the catch-up from ever putting more than `rate_per_second`
-    grants into 1.03 s. So no one-second window holds more than MaxSendRate
-    sends unless the time from grant to request varies by more than 30 ms.
-    A send costing more than the whole budget (an email with more recipients
-    than the rate) waits for an empty window and goes alone. Thread-safe. Times
-    are seconds of `clock`.
-
-    `share()` (0..1, default 1) scales the rate at each grant, for an invocation
-    that shares the account's rate with an overlapping one; the grants already
-    made stay in the window, so a lower share waits for them to age out.
-    """
+    """A token bucket refilled at `rate / (1 + headroom)` (the GCRA form: one timestamp,
+    no timer thread), guarded by a sliding window that never grants more than `rate`
+    within `1 + headroom` seconds, so catching up after a pause never bursts. Grants are
+    just in time: a thread that wakes late sends late. A send costing more than the
+    rate waits for an empty window. `share()` (0..1) scales the rate at each grant.
+    Thread-safe."""
 
     def __init__(self, rate_per_second: float, *, headroom: float = RATE_HEADROOM,
                  catch_up: float = CATCH_UP_SECONDS, clock: Callable[[], float] = time.monotonic,
@@ -57,23 +39,11 @@ class SendRateLimiter:
 
     @property
     def rate(self) -> float:
-        """Recipients per second allowed now (the full rate times the share)."""
         return self.full_rate * min(1.0, max(0.001, self._share()))
-
-    @property
-    def interval(self) -> float:
-        return (1.0 + self.headroom) / self.rate
-
-    @property
-    def effective_rate(self) -> float:
-        """Grants per second at most (single-cost)."""
-        return 1.0 / self.interval
 
     def acquire(self, cost: int = 1, *, seconds_left: Callable[[], float] = lambda: float("inf"),
                 wait: Callable[[float], bool] = threading.Event().wait) -> bool:
-        """Wait for a send of `cost` tokens (recipients). Returns False without a grant
-        when the wait would outlast `seconds_left()` or `wait(seconds)` returns True
-        (pass a stop event's `wait` to be woken when the batch stops)."""
+        """Wait for `cost` recipients; False when the wait would outlast `seconds_left()` or `wait` says stop."""
         cost = max(1, int(cost))
         while True:
             with self._lock:
@@ -94,6 +64,5 @@ class SendRateLimiter:
                 return False
 
     def hold(self, seconds: float) -> None:
-        """Grant nothing for `seconds` from now (after a throttle)."""
         with self._lock:
             self._next = max(self._next or 0.0, self._clock() + seconds)

@@ -1,12 +1,6 @@
-"""One claimed email as an SES v2 ``SendEmail`` request, and error texts with
-the message's addresses taken out (stored errors must not echo the payload).
-
-Without attachments an email goes as ``Simple`` content (UTF-8 subject and
-bodies, custom headers in ``Simple.Headers``); with attachments, or custom
-headers on a botocore that lacks ``Simple.Headers``, as ``Raw`` MIME. Every
-email carries the tag ``outbox-message-id``, so bounce and complaint events
-can be matched back to the outbox.
-"""
+"""A claimed email as an SES v2 ``SendEmail`` request (``Simple``, or ``Raw`` MIME with
+attachments or headers this botocore cannot send), tagged ``outbox-message-id`` for
+the feedback; and error texts with the message's addresses taken out."""
 
 from __future__ import annotations
 
@@ -28,8 +22,6 @@ _ANY_ADDRESS = re.compile(r"[^\s<>\"',;:()]+@[^\s<>\"',;:()]+")
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A ready ``SendEmail`` request and what classifying its errors needs."""
-
     seq: int
     request: dict[str, Any]
     cost: int  # recipients: MaxSendRate counts recipients, not messages
@@ -40,10 +32,8 @@ class Prepared:
 
 def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configuration_set: str | None,
             simple_headers: bool, payload: EmailPayload | None = None) -> Prepared | DeliveryResult | None:
-    """The request of one message (`payload`: its payload, when already loaded); a
-    PERMANENT result when its stored payload is invalid or cannot be written as
-    MIME (the error names the field); None when it has no sender and none is
-    configured. Anything else it raises is a bug of ours (the caller retries the message)."""
+    """The request of one message; a PERMANENT result naming the field when its payload is
+    invalid; None without any sender. Anything it raises is a bug of ours."""
     try:
         loaded = payload if payload is not None else load_payload(m.payload_json)
         return _prepare(m, _traced(loaded, m.headers_json), default_sender,
@@ -93,9 +83,7 @@ def _prepare(m: ClaimedMessage, payload: EmailPayload, default_sender: str | Non
 
 
 def _traced(payload: EmailPayload, headers_json: str | None) -> EmailPayload:
-    """The email with the message's stored trace context as its `traceparent` (and
-    `tracestate`) headers, unless it sets its own or has no room left (SES takes 15
-    custom headers)."""
+    """The email with the stored trace context as headers, unless it sets its own or has no room."""
     traceparent, state = context_of(headers_json)
     if traceparent is None or any(k.lower() == TRACEPARENT for k in payload.headers):
         return payload
@@ -108,9 +96,7 @@ def _traced(payload: EmailPayload, headers_json: str | None) -> EmailPayload:
 
 
 def _content_field(field: str) -> Any:
-    """`field_errors` for turning the message's own values into the request: an
-    exception becomes `InvalidMessageError(field, …)` (the message's fault:
-    PERMANENT), naming the exception type only."""
+    """An exception encoding the message's own value becomes its `InvalidMessageError(field)`."""
     return field_errors(field, "cannot be encoded for SES")
 
 
@@ -127,7 +113,6 @@ def _simple_content(payload: EmailPayload) -> dict[str, Any]:
 
 
 def mailboxes(payload: EmailPayload, sender: str) -> tuple[tuple[str, str], ...]:
-    """Every mailbox of the email with its role (from, to, cc, bcc, reply_to)."""
     return tuple((role, a) for role, items in (("from", (sender,)), ("to", payload.to), ("cc", payload.cc),
                                                ("bcc", payload.bcc), ("reply_to", payload.reply_to))
                  for a in items)
@@ -140,8 +125,7 @@ def redactions(boxes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...
 
 
 def redact(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    """Remove the message's addresses from an SES error text (stored errors must
-    not echo the payload); any other address-like token becomes ``<address>``."""
+    """The error text without the message's addresses; any other address becomes ``<address>``."""
     for form, label in pairs:
         if form:
             text = re.sub(re.escape(form), label, text, flags=re.IGNORECASE)
@@ -150,7 +134,6 @@ def redact(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
 
 
 def exception_message(exc: BaseException) -> str:
-    """The error message SES sent (a ClientError's), else the exception's text."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         return str((response.get("Error") or {}).get("Message") or "")
