@@ -15,9 +15,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import TypeAdapter, ValidationError
 
 from .config import SERVICE_NAME, log_level_ok
-
-# The Redis channel's metric names, at their old import path.
-from .publishers.redis.metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED  # noqa: F401
 from .publishers.registry import CHANNELS
 
 SERVICE = SERVICE_NAME

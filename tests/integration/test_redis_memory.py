@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 
 from outbox_relay.loop import RelayLoop
-from outbox_relay.observability import MEMORY_FULL
 from outbox_relay.publishers.base import Deadline
+from outbox_relay.publishers.redis.metrics import MEMORY_FULL
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import RedisNode
 

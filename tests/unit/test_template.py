@@ -27,6 +27,7 @@ from outbox_relay import observability as obs
 from outbox_relay.config import MaintenanceSettings, Settings
 from outbox_relay.invocation import ScheduleEvent
 from outbox_relay.models import Channel, Mode
+from outbox_relay.publishers.redis.metrics import METRICS as REDIS_METRICS
 from outbox_relay.publishers.registry import CHANNELS
 from support.template import ROOT, TemplateModel
 
@@ -113,7 +114,7 @@ def test_alarms_cover_errors_throttles_duration_dead_letters_and_backlog() -> No
         assert on_function == {"Errors", "Throttles", "Duration"}, function
     for channel in RELAY_FUNCTIONS:
         relay = {name for _, ns, name, dims in watched if ns == NAMESPACE and dims.get("channel") == channel}
-        redis_only = {obs.MEMORY_FULL, obs.NOT_REPLICATED, obs.STREAM_FULL, obs.TRIMMED_UNACKNOWLEDGED}
+        redis_only = set(REDIS_METRICS)
         expected = {obs.DEAD_LETTERED, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG, SECONDS_WITHOUT_POLLER}
         assert relay == (expected | redis_only if channel == "redis" else expected), channel
     assert any(ns == "AWS/SQS" and dims == {"QueueName": "<ScheduleDeadLetterQueue.QueueName>"}

@@ -11,7 +11,6 @@ from .streams import RedisStreamsPublisher
 
 
 def redis_url(settings: Any) -> str:
-    """`REDIS_URL`, or the string of the `REDIS_URL_SECRET_ARN` secret (cached by Powertools)."""
     if settings.redis_url:
         return settings.redis_url
     from aws_lambda_powertools.utilities import parameters
@@ -31,7 +30,6 @@ def redis_url(settings: Any) -> str:
 
 
 def iam_credentials(settings: Any, url: str) -> Any:
-    """The ElastiCache IAM token provider when OUTBOX_REDIS_IAM_AUTH is on, else None."""
     if not settings.redis_iam_auth:
         return None
     from urllib.parse import unquote, urlparse
@@ -45,7 +43,6 @@ def iam_credentials(settings: Any, url: str) -> Any:
 
 
 def build_redis_publisher(settings: Any) -> RedisStreamsPublisher:
-    """The Redis Streams publisher for `settings` (REDIS_URL or its secret, OUTBOX_REDIS_*)."""
     url = redis_url(settings)
     client = create_redis_client(url, socket_timeout_seconds=settings.redis_socket_timeout_seconds,
                                  cluster=settings.redis_cluster, credential_provider=iam_credentials(settings, url))

@@ -1,5 +1,4 @@
-"""The Redis client the relay talks through: one node or a cluster, TLS and AUTH
-from the URL, retries on connection errors, and ElastiCache IAM auth tokens."""
+"""The Redis client: one node or a cluster, TLS and AUTH from the URL, one retry, ElastiCache IAM tokens."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from ...errors import ConfigurationError
 
 
 class ElastiCacheIamCredentials(CredentialProvider):
-    """ElastiCache IAM authentication (ElastiCache User Guide, "Authenticating with
-    IAM"): the IAM-enabled user's id, and as its password a SigV4-presigned
-    `connect` request for the cache, valid 15 minutes. Redis asks for it only when a
-    connection opens; a new token is signed once the last is 10 minutes old."""
+    """ElastiCache IAM auth: the user's id and, as its password, a SigV4-presigned `connect`
+    request valid 15 minutes, asked for when a connection opens; signed again after 10."""
 
     VALID_SECONDS = 900
     RENEW_AFTER_SECONDS = 600
@@ -66,23 +63,13 @@ class ElastiCacheIamCredentials(CredentialProvider):
 
 def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0, cluster: bool = False,
                         credential_provider: Any = None) -> Any:
-    """A client for `redis://` or `rediss://` (TLS, certificate verified) URLs,
-    with AUTH from the URL, as ElastiCache in-transit encryption needs; with
-    `cluster`, redis-py's cluster client (`RedisCluster`), the URL naming any node
-    or the configuration endpoint.
-
-    A failed command is retried once on a new connection after 0.1 s (a
-    connection that died while the container was frozen); re-sending the
-    publish script is safe because it is idempotent. `socket_timeout_seconds`
-    bounds connect and each reply, in seconds.
-    """
+    """A client of a `redis://` or `rediss://` URL (or, with `cluster`, any node of one). A
+    failed command is retried once on a new connection (one that died while the container
+    was frozen); the publish script is idempotent, so that is safe."""
     options = dict(
         socket_timeout=socket_timeout_seconds,
         socket_connect_timeout=socket_timeout_seconds,
-        # No idle health check: a scheduled invocation always finds the pooled
-        # connection idle, so redis-py would add a PING round trip before the
-        # gate's own INFO, which already checks the connection (a dead one fails
-        # it and is retried once on a new connection, below).
+        # No health check: the pooled connection is always idle, and the gate's INFO checks it anyway.
         health_check_interval=0,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), retries=1),
     )
@@ -111,10 +98,8 @@ def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0, cluste
 
 
 class ClusterOnFirstUse:
-    """A cluster client made when first used. redis-py's asks a node for the slot map
-    as it is made; a cluster unreachable at cold start must close the gate, as one
-    node would, not fail the container: until it answers, every use raises
-    `RedisClusterException` (the gate's "redis unavailable") and tries again."""
+    """A cluster client made on first use: one unreachable at cold start closes the gate
+    (`RedisClusterException` on every use until it answers) instead of failing the container."""
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make

@@ -1,6 +1,5 @@
-"""A stream entry's fields, in the two layouts (OUTBOX_REDIS_FORMAT; docs/channels.md,
-"Entry layouts"): each builds the publish script's argument for one message, its
-ordering key then the entry's names and values, joined by NUL (`script.PUBLISH_SCRIPT`)."""
+"""A stream entry's fields in the two layouts (docs/channels.md, "Entry layouts"), as the
+publish script's argument: the ordering key, then names and values, joined by NUL."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from ...tracing import TRACEPARENT, context_of
 
 
 def _trace_fields(parts: list[str], headers_json: str) -> None:
-    """Append the stored trace context as `traceparent` (and `tracestate`) fields."""
     if TRACEPARENT in headers_json:
         traceparent, state = context_of(headers_json)
         if traceparent is not None:
@@ -21,8 +19,6 @@ def _trace_fields(parts: list[str], headers_json: str) -> None:
 
 
 def plain_fields(m: ClaimedMessage) -> str:
-    """The script's argument for `m` in the `fields` layout: its ordering key, then the
-    entry's names and values, joined by NUL (see `PUBLISH_SCRIPT`)."""
     key = m.key
     parts = [key or "", "id", m.message_id, "type", m.type]
     if key is not None:
@@ -36,11 +32,7 @@ def plain_fields(m: ClaimedMessage) -> str:
 
 
 def cloudevent_fields(source: str) -> Callable[[ClaimedMessage], str]:
-    """The script's argument for a message in the `cloudevents` layout: the CloudEvents
-    1.0 attributes as fields (structured mode's attributes, the payload's JSON text as
-    `data`), the ordering key as `subject`, the trace context as the distributed tracing
-    extension (`traceparent`, `tracestate`), and the producer's headers, when any, as
-    the extension `outboxheaders` (JSON text)."""
+    """The `cloudevents` layout: CloudEvents 1.0 attributes, the key as `subject`, the headers as `outboxheaders`."""
     def fields(m: ClaimedMessage) -> str:
         key = m.key
         parts = [key or "", "specversion", "1.0", "id", m.message_id, "source", source, "type", m.type,

@@ -1,9 +1,4 @@
-"""Metrics only the Redis relay emits (its publisher's `counters`), per invocation,
-dimension channel: messages not recorded delivered because fewer replicas than
-OUTBOX_REDIS_WAIT_REPLICAS acknowledged them; claims refused because Redis memory
-was full (or it answered OOM); messages held because their stream was at its
-bound; entries trimmed that a consumer group had not acknowledged
-(OUTBOX_REDIS_ON_FULL=trim). All counts."""
+"""The Redis relay's own metrics (its publisher's `counters`), counts per invocation."""
 
 NOT_REPLICATED = "NotReplicated"
 MEMORY_FULL = "RedisMemoryFull"

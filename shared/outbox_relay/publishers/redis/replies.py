@@ -1,5 +1,4 @@
-"""Redis error replies: what the server said (with the code redis-py strips put
-back) and whose fault it is."""
+"""Redis error replies: what the server said, and whose fault it is."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from ...models import ErrorClass
 # Error replies that mean "Redis cannot take writes now", not "this message is bad".
 _UNAVAILABLE_PREFIXES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS",
                          "MOVED", "ASK")
-# redis-py exception classes whose reply code it strips from the text (older
-# redis-py versions have no `status_code` attribute to recover it from).
+# Exception classes whose reply code redis-py strips (older ones have no `status_code`).
 _CODE_OF_CLASS = tuple(
     (code, getattr(redis.exceptions, name))
     for code, name in (("MOVED", "MovedError"), ("ASK", "AskError"), ("OOM", "OutOfMemoryError"), ("READONLY", "ReadOnlyError"), ("LOADING", "BusyLoadingError"),
@@ -19,12 +17,10 @@ _CODE_OF_CLASS = tuple(
                        ("MASTERDOWN", "MasterDownError"))
     if hasattr(redis.exceptions, name)
 )
-# Error replies that are this message's fault (e.g. the stream key holds another type).
 _PERMANENT_PREFIXES = ("WRONGTYPE",)
 
 
 def classify_reply_error(text: str) -> ErrorClass:
-    """Map a Redis error reply (e.g. ``"WRONGTYPE Operation against a key …"``) to an error class."""
     upper = text.lstrip().upper()
     if upper.startswith(_PERMANENT_PREFIXES):
         return ErrorClass.PERMANENT
@@ -34,12 +30,7 @@ def classify_reply_error(text: str) -> ErrorClass:
 
 
 def reply_error_text(exc: Exception) -> str:
-    """The error reply as Redis sent it, code first (``"OOM command not allowed …"``).
-
-    redis-py strips the code of replies it maps to its own exception classes
-    (OutOfMemoryError, ReadOnlyError, BusyLoadingError, …) and keeps it in
-    `status_code`; put it back so classification sees what the server said.
-    """
+    """The error reply as Redis sent it, with the code redis-py strips put back first."""
     text = str(exc)
     code = getattr(exc, "status_code", None)
     if not code:

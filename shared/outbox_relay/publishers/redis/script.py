@@ -1,30 +1,18 @@
-"""The idempotent publish script and how a batch is cut into its calls: the Lua
-source, the dedupe keys it checks (in the stream's hash slot), calls of about
-`SCRIPT_CHUNK` messages with each ordering key in one call, and the results of
-a call that failed as a whole."""
+"""The idempotent publish script (check the dedupe key, XADD, store the entry id under
+it with a TTL, atomically) and how a batch is cut into its calls."""
 
 from __future__ import annotations
 
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 
-# KEYS[1] = stream; KEYS[1 + i] = dedupe key of message i.
-# ARGV[1] = the stream's bound (0: none), ARGV[2] = dedupe TTL in milliseconds,
-# ARGV[3] = trimming: 'maxlen' (XADD MAXLEN ~ bound), 'hold' or 'trim' (acknowledged
-# trimming: only entries below what every consumer group acknowledged are trimmed; at
-# the bound, 'hold' adds nothing more and 'trim' trims to the bound anyway),
-# ARGV[4] = '1' when the caller WAITs for replicas (a dedupe hit then writes too, so
-# that the WAIT covers the entry it points at: replication applies writes in order),
-# ARGV[4 + i] = message i joined by NUL: its ordering key ('' = none), then the entry's
-# field names and values in turn (the layout, OUTBOX_REDIS_FORMAT, is the caller's):
-# one argument per message, because the client packs every argument in Python; no
-# field can hold NUL (PostgreSQL text cannot).
-# Reply: one line per message, joined with "\n" into one string: "<entry id>"
-# (added), "=<entry id>" (already published: nothing added), "!<error>" (this
-# message failed; others go on), "~" (not attempted: an earlier message of
-# its ordering key failed in this call) or "#" (not attempted: the stream is at its
-# bound); then, when 'trim' removed entries some group had not acknowledged, a line
-# "^<count>". One string, because the client parses an array reply element by
-# element in Python.
+# KEYS: the stream, then each message's dedupe key. ARGV: the bound (0: none), the dedupe
+# TTL (ms), trimming ('maxlen', or acknowledged 'hold'/'trim'), '1' when the caller WAITs
+# (a dedupe hit then writes too, so the WAIT covers its entry), then per message its key
+# ('' = none) and the entry's fields, joined by NUL (one argument each: redis-py packs
+# arguments in Python; PostgreSQL text holds no NUL).
+# Reply, one string (redis-py parses arrays in Python): a line per message, "<entry id>",
+# "=<entry id>" (a duplicate), "!<error>", "~" (its key failed earlier) or "#" (stream at
+# its bound); then "^<count>" when 'trim' removed unacknowledged entries.
 PUBLISH_SCRIPT = """
 local stream = KEYS[1]
 local bound = tonumber(ARGV[1])
@@ -136,21 +124,17 @@ if dropped > 0 then out[n + 1] = '^' .. dropped end
 return table.concat(out, '\\n')
 """
 
-#: Messages per script call: bounds how long one call holds Redis (scripts block the server).
-#: A key's messages of one batch stay in one call, which may make it longer.
+#: Messages per script call: bounds how long one call blocks Redis (a key's messages stay together).
 SCRIPT_CHUNK = 250
-#: Why a message was not published: the script stopped its key at an earlier failure.
 KEY_STOPPED = "redis: not attempted: an earlier message of its key failed in this batch"
 
 
 def dedupe_key(stream: str, message_id: str) -> str:
-    """The dedupe key of `message_id` on `stream`, in the stream's hash slot."""
     return dedupe_prefix(stream) + message_id
 
 
 def dedupe_prefix(stream: str) -> str:
-    """What every dedupe key of `stream` starts with: `{stream}:outbox-dedupe:`,
-    or `stream:outbox-dedupe:` when the name already carries a hash tag."""
+    """`{stream}:outbox-dedupe:` (in the stream's hash slot), or without braces when it has a hash tag."""
     start = stream.find("{")
     if start != -1 and stream.find("}", start + 2) != -1:
         return f"{stream}:outbox-dedupe:"
@@ -158,8 +142,7 @@ def dedupe_prefix(stream: str) -> str:
 
 
 def all_failed(batch: list[ClaimedMessage], error_class: ErrorClass, error: str) -> list[DeliveryResult]:
-    """Every message of a call failed: the first of each key with the error, the
-    key's later ones as not attempted (their turn had not come)."""
+    """A whole call failed: each key's first message with the error, its later ones not attempted."""
     seen: set[str] = set()
     out = []
     for m in batch:
@@ -173,9 +156,8 @@ def all_failed(batch: list[ClaimedMessage], error_class: ErrorClass, error: str)
 
 
 def script_calls(group: list[ClaimedMessage]) -> list[list[ClaimedMessage]]:
-    """One stream's messages (in seq order) in script calls of about `SCRIPT_CHUNK`,
-    each key's messages in a single call, in order: the script stops a key at its
-    first failure, and calls of one pipeline cannot see each other's."""
+    """One stream's messages in calls of about `SCRIPT_CHUNK`, each key's in one call (the
+    script stops a key at its first failure; calls cannot see each other's)."""
     if len(group) <= SCRIPT_CHUNK:
         return [group]
     chunks: list[list[ClaimedMessage]] = [[]]

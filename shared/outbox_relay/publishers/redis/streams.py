@@ -1,22 +1,6 @@
-"""Redis Streams publisher: idempotent XADD through one Lua script, one pipeline per batch
-(per node, in a Redis Cluster), WAIT for replicas last in it when asked.
-
-Entry fields (docs/channels.md, "Entry layouts"), with OUTBOX_REDIS_FORMAT=fields: `id`
-(message id), `type`, `key` (omitted when none), `payload` (JSON text), `created_at` (ISO 8601
-UTC), `headers` (JSON, when any), `traceparent` and `tracestate` (the producer's trace context,
-when stored). With `cloudevents`: the CloudEvents 1.0 attributes, one field each (`entry_fields`).
-
-Idempotency: the script checks a dedupe key, then XADDs and stores the new
-entry id under that key with a TTL, atomically (a Lua script runs as one unit:
-Redis docs, "Scripting with Lua", atomicity). Re-publishing a message id whose
-first XADD succeeded but whose ack was lost returns the first entry id and adds
-nothing. The dedupe key lives in the stream's hash slot (Redis docs, "Redis
-cluster specification", hash tags): `{stream}:outbox-dedupe:<id>`, or
-`stream:outbox-dedupe:<id>` when the stream name already carries a hash tag.
-
-Durability (WAIT), the memory gate, acknowledged trimming and cluster mode:
-docs/channels.md, "Durability of the entries", "Memory full (OOM)", "Trimming",
-"Cluster mode".
+"""Redis Streams publisher: idempotent XADD through one Lua script (`script`), one
+pipeline per batch (per node in a cluster), WAIT for replicas last in it when asked.
+Layouts, durability, the memory gate, trimming and cluster mode: docs/channels.md.
 """
 
 from __future__ import annotations
@@ -34,40 +18,18 @@ from ...errors import DownstreamUnavailable
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
 from ..base import Deadline, Publisher, RecordResults
 from .entries import cloudevent_fields, plain_fields
-from .metrics import MEMORY_FULL, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
+from .metrics import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
 
-#: Threads sending a batch's per-node pipelines in a cluster (more nodes queue behind them).
+#: Threads sending a batch's per-node pipelines in a cluster.
 NODE_THREADS = 16
-#: Why a message was not published: acknowledged trimming found its stream at the bound.
 STREAM_AT_BOUND = ("redis: not attempted: the stream is at OUTBOX_REDIS_MAXLEN and a consumer group has not "
                    "acknowledged the entries trimming would remove")
 
-#: The publisher's own counts (`counters`), emitted as metrics at the end of an invocation.
-COUNTER_NAMES = (NOT_REPLICATED, MEMORY_FULL, STREAM_FULL, TRIMMED_UNACKNOWLEDGED)
-
 
 class RedisStreamsPublisher(Publisher):
-    """Publishes claimed domain events to Redis Streams.
-
-    Args:
-        client: a `redis.Redis`, or a `redis.cluster.RedisCluster` (`create_redis_client`).
-        dedupe_ttl_seconds: how long a published message id is remembered, seconds.
-        maxlen: the streams' length bound, 0 for none.
-        trim: `maxlen` (`XADD MAXLEN ~`) or `acknowledged` (never past what a consumer
-            group has not acknowledged; `maxlen` is then a hard bound).
-        on_full: with `acknowledged`, what a stream at its bound does (`hold` or `trim`).
-        wait_replicas: replicas that must acknowledge a batch's writes (`WAIT`) before
-            it is recorded delivered; 0 waits for none.
-        wait_timeout_ms: how long `WAIT` waits, milliseconds.
-        memory_high: the gate claims nothing at or above this fraction of maxmemory.
-        oom_backoff_seconds: after an OOM reply, how long the gate stays closed when
-            Redis does not report its maxmemory, seconds.
-        entry_format: the entries' layout, `fields` or `cloudevents` (`plain_fields`,
-            `cloudevent_fields`).
-        cloudevents_source: the CloudEvents `source` attribute, with `cloudevents`.
-    """
+    """Publishes to Redis Streams; the arguments are the OUTBOX_REDIS_* settings (docs/configuration.md)."""
 
     channel = Channel.REDIS
     pipelined = True
@@ -93,23 +55,19 @@ class RedisStreamsPublisher(Publisher):
         self.cluster = _is_cluster(client)
         self._refresh_slots = False
         self._nodes_pool: ThreadPoolExecutor | None = None
-        #: When Redis last answered OOM (this container's clock), until the gate saw it recover.
+        #: When Redis last answered OOM, until the gate saw it recover.
         self.oom_at: float | None = None
-        #: This invocation's counts, by metric name (`metrics.METRICS`).
-        self._counts: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
+        self._counts: dict[str, int] = dict.fromkeys(METRICS, 0)
 
     @property
     def counters(self) -> Mapping[str, int]:
         return self._counts
 
     def begin(self, deadline: Deadline) -> None:
-        """A new invocation: its counters start at zero (the last OOM is remembered)."""
-        self._counts = dict.fromkeys(COUNTER_NAMES, 0)
+        self._counts = dict.fromkeys(METRICS, 0)
 
     def gate(self) -> str | None:
-        """Whether Redis can take a batch: it answers, its memory is below the high mark
-        (and no OOM was answered since it last was), and it has the replicas WAIT needs;
-        in a cluster, every primary. A reason string when not; nothing is claimed then."""
+        """Every primary answers, is below the memory mark (no OOM since) and has WAIT's replicas."""
         try:
             if self._refresh_slots:
                 # A node failed mid-batch: ask the cluster which node serves which slot now.
@@ -127,7 +85,6 @@ class RedisStreamsPublisher(Publisher):
         return None
 
     def _primaries(self) -> list[Any]:
-        """A client per primary: the client itself, or one per cluster primary."""
         if not self.cluster:
             return [self.client]
         return [self.client.get_redis_connection(n) for n in self.client.get_primaries()]
@@ -178,17 +135,12 @@ class RedisStreamsPublisher(Publisher):
         return batch_size if seconds_available > 0 else 0
 
     def _script_sha(self) -> str:
-        """The publish script's SHA1, loaded on first use (in a cluster, on every primary)."""
         if self._sha is None:
             self._sha = self._load_script(self.client)
         return self._sha
 
     def _load_script(self, node: Any) -> str:
-        """`SCRIPT LOAD` the publish script on `node`.
-
-        Raises `DownstreamUnavailable` when Redis refuses it for a reason that is
-        not ours (BUSY with another script, LOADING, OOM, …, see
-        `classify_reply_error`); any other error reply propagates."""
+        """`SCRIPT LOAD` on `node`; `DownstreamUnavailable` when Redis cannot take it now (BUSY, OOM, …)."""
         try:
             return node.script_load(PUBLISH_SCRIPT)
         except ResponseError as exc:
@@ -199,12 +151,8 @@ class RedisStreamsPublisher(Publisher):
             raise
 
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Publish all `messages` in one pipelined round trip and record the results once.
-
-        Raises `DownstreamUnavailable` when the connection fails, or when fewer
-        replicas than `wait_replicas` acknowledged the writes in time (nothing
-        recorded delivered; the relay releases the rest with attempts refunded; a
-        message that did reach the stream is deduplicated on its next publish)."""
+        """One pipelined round trip, recorded once. `DownstreamUnavailable` when the connection
+        fails or too few replicas acknowledged (what reached the stream is deduplicated next time)."""
         if not messages or deadline.passed():
             return
         calls = self._build_calls(messages)
@@ -218,8 +166,7 @@ class RedisStreamsPublisher(Publisher):
         for i, ((_, batch), reply) in enumerate(zip(calls, replies)):
             got = self._results(batch, reply)
             if i in unconfirmed:
-                # Not replicated: what the primary accepted is not recorded delivered (a failover
-                # could lose it); the relay releases it, and the next publish is deduplicated.
+                # A failover could lose what only the primary has: not recorded delivered.
                 kept = [r for r in got if r.error_class is not None]
                 not_replicated += len(got) - len(kept)
                 got = kept
@@ -249,14 +196,8 @@ class RedisStreamsPublisher(Publisher):
         return calls
 
     def _execute(self, calls: list[tuple[list[Any], list[ClaimedMessage]]]) -> tuple[list[Any], set[int]]:
-        """The scripts' replies, in the order of `calls`, and the calls whose writes
-        fewer replicas than `wait_replicas` acknowledged.
-
-        One pipeline per node, WAIT last in it (after the writes, on the same
-        connection). Calls that did not run are sent once more: after NOSCRIPT (the
-        node lost its script cache: restart, failover) with the script loaded again,
-        after MOVED to the slot's new node, after ASK to the importing node with
-        ASKING. A second refusal stays a reply, and the message is released."""
+        """The replies in the order of `calls`, and the calls too few replicas acknowledged. Calls
+        refused with NOSCRIPT, MOVED or ASK are sent once more; a second refusal stays a reply."""
         sha = self._script_sha()
         replies: list[Any] = [None] * len(calls)
         replicas: list[int] = [0] * len(calls)
@@ -293,8 +234,7 @@ class RedisStreamsPublisher(Publisher):
 
     def _by_node(self, calls: list[tuple[list[Any], list[ClaimedMessage]]],
                  todo: list[tuple[int, tuple[str, int] | None]]) -> dict[Any, list[tuple[int, Any]]]:
-        """The calls to send, grouped by the client of the node that serves their
-        stream's slot (or the node an ASK named)."""
+        """The calls by the client of the node serving their slot (or the one an ASK named)."""
         if not self.cluster:
             return {self.client: todo}
         out: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
@@ -313,8 +253,7 @@ class RedisStreamsPublisher(Publisher):
         return out
 
     def _run_all(self, sha: str, work: list[tuple[Any, list[tuple[list[Any], bool]]]]) -> list[tuple[list[Any], int]]:
-        """`_run` on each node; the nodes of a cluster at once, so that a batch waits for
-        its slowest node (and its WAIT), not for the sum of them."""
+        """`_run` on each node at once: a batch waits for its slowest node, not their sum."""
         if len(work) == 1:
             return [self._run(work[0][0], sha, work[0][1])]
         if self._nodes_pool is None:
@@ -322,9 +261,7 @@ class RedisStreamsPublisher(Publisher):
         return list(self._nodes_pool.map(lambda w: self._run(w[0], sha, w[1]), work))
 
     def _run(self, node: Any, sha: str, argvs: list[tuple[list[Any], bool]]) -> tuple[list[Any], int]:
-        """One pipeline on `node`: the calls (each after ASKING when asked), then WAIT;
-        the calls' replies and the replicas that acknowledged (0 when WAIT failed or
-        was not sent)."""
+        """One pipeline: the calls (after ASKING when asked), then WAIT; (replies, replicas acked)."""
         pipe = node.pipeline(transaction=False)
         for argv, asking in argvs:
             if asking:
@@ -347,7 +284,6 @@ class RedisStreamsPublisher(Publisher):
 
     def _results(self, batch: list[ClaimedMessage], reply: Any) -> list[DeliveryResult]:
         if isinstance(reply, Exception):
-            # The whole call failed (e.g. OOM before the script ran).
             text = reply_error_text(reply)
             self._note_error(text)
             return all_failed(batch, classify_reply_error(text), f"redis: {text}")
