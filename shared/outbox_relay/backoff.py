@@ -1,13 +1,9 @@
-"""Retry delay: capped exponential backoff with full jitter.
-
-The rule is the "Full Jitter" strategy of the AWS Architecture Blog post
-"Exponential Backoff And Jitter" (Marc Brooker, 2015)::
+"""Retry delay: capped exponential backoff with full jitter, in seconds::
 
     ceiling(n) = min(cap, base * 2 ** (n - 1))        n = attempts made, n >= 1
     delay(n)   = max(floor, uniform(0, ceiling(n)))
 
-All values are seconds (floats). `floor` keeps a failed message from being
-retried in the same instant; it never exceeds `cap`.
+`floor` keeps a failed message from being retried in the same instant.
 """
 
 from __future__ import annotations
@@ -19,11 +15,7 @@ from typing import Callable
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Full-jitter exponential backoff. Arguments in seconds.
-
-    Raises `ValueError` when `base <= 0`, `cap < base` or `floor` is outside `[0, cap]`.
-    `uniform(a, b)` is injectable so tests can pin the draw.
-    """
+    """Full-jitter backoff; `ValueError` for an inconsistent base, cap or floor."""
 
     base: float = 1.0
     cap: float = 900.0
@@ -39,12 +31,8 @@ class Backoff:
             raise ValueError("backoff floor must be within [0, cap]")
 
     def ceiling(self, attempts: int) -> float:
-        """The un-jittered upper bound for the retry after `attempts` (>= 1) attempts, seconds."""
-        n = max(1, attempts)
-        # 2 ** 64 already dwarfs any cap; avoid building huge integers.
-        exponent = min(n - 1, 64)
-        return min(self.cap, self.base * (2.0 ** exponent))
+        # The exponent capped: 2 ** 64 already dwarfs any cap.
+        return min(self.cap, self.base * (2.0 ** min(max(1, attempts) - 1, 64)))
 
     def delay(self, attempts: int) -> float:
-        """Seconds to wait before the next attempt, after `attempts` attempts made."""
         return max(self.floor, self.uniform(0.0, self.ceiling(attempts)))

@@ -1,24 +1,8 @@
-"""The SQLAlchemy engine, made for Lambda.
-
-- One small pool per container, reused across warm invocations.
-- Every unit of work is one short explicit transaction (`run_with_retry`), most
-  of them a single statement. pg8000 sends a statement as three protocol
-  messages each ended by Sync (parse; describe; bind and execute): outside a
-  transaction block a pooler in transaction mode (PgBouncer, RDS Proxy) may
-  hand each to another server connection, inside one it may not. The BEGIN
-  pg8000 sends first and the COMMIT (`OutboxPg8000Dialect`) are one round trip
-  each. No session state outlives a transaction. The producer API does not use
-  this engine: it writes in the caller's transaction.
-- No pre-ping round trip: a connection that died while the container was
-  frozen is detected on use and the unit of work is retried once
-  (`run_with_retry`).
-- Credentials from `DATABASE_URL`, or from a Secrets Manager secret through
-  Powertools parameters (cached for `SECRET_MAX_AGE_SECONDS`, fetched again
-  when a login fails, as after a rotation), or an RDS IAM auth token generated
-  per new connection ("Connecting to your DB instance using IAM
-  authentication", Amazon RDS User Guide).
-- TLS: `DATABASE_TLS=verify-full` verifies the server certificate against
-  `DATABASE_CA_BUNDLE` (the RDS global bundle) and the host name.
+"""The SQLAlchemy engine, made for Lambda: one small pool per container; every unit of
+work one short transaction (`run_with_retry`), so a pooler in transaction mode keeps a
+statement's protocol messages on one server connection; no pre-ping (a connection that
+died while frozen is retried once); credentials from DATABASE_URL, a secret (fetched
+again when a login fails, as after a rotation) or RDS IAM tokens; TLS per DATABASE_TLS.
 """
 
 from __future__ import annotations
@@ -47,8 +31,7 @@ SECRET_MAX_AGE_SECONDS = 300
 
 
 class OutboxPg8000Dialect(PGDialect_pg8000):
-    """SQLAlchemy's pg8000 dialect, with COMMIT sent as a simple query: one round
-    trip, where pg8000's `commit()` takes three (parse, describe, execute)."""
+    """pg8000's dialect with COMMIT as a simple query: one round trip, where `commit()` takes three."""
 
     supports_statement_cache = True
 
@@ -62,15 +45,13 @@ class OutboxPg8000Dialect(PGDialect_pg8000):
             cursor.close()
 
 
-#: The driver name of `OutboxPg8000Dialect` in a SQLAlchemy URL.
 DRIVERNAME = "postgresql+outbox_pg8000"
 registry.register("postgresql.outbox_pg8000", __name__, "OutboxPg8000Dialect")
 
 
 def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
-    """A SQLAlchemy engine on `url` (a pg8000 URL) for the relay's and the `outbox`
-    command's own work: `OutboxPg8000Dialect`, transactions (never autocommit),
-    and new connections checked for a pooler in statement mode."""
+    """An engine on a pg8000 `url`: `OutboxPg8000Dialect`, never autocommit, new connections
+    checked for a pooler in statement mode."""
     from sqlalchemy.engine import make_url
 
     if kwargs.get("isolation_level") == "AUTOCOMMIT":
@@ -82,10 +63,8 @@ def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
 
 
 def _refuse_statement_pooling(dbapi_connection: Any, connection_record: Any) -> None:
-    """Raise `ConfigurationError` (one line naming DATABASE_URL) when the server
-    answers a statement but closes the connection at BEGIN, as a pooler in
-    statement mode (PgBouncer `pool_mode = statement`) does: every unit of work
-    here is a transaction. Three round trips per new connection."""
+    """`ConfigurationError` naming DATABASE_URL when the server closes the connection at BEGIN,
+    as a pooler in statement mode does: every unit of work here is a transaction."""
     from pg8000.exceptions import InterfaceError
 
     dbapi_connection.autocommit = True
@@ -110,29 +89,20 @@ def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
 
     assert settings.database_secret_arn is not None
     try:
-        secret: Any = parameters.get_secret(
-            settings.database_secret_arn, transform="json",
-            max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force_fetch,
-        )
+        secret: Any = parameters.get_secret(settings.database_secret_arn, transform="json",
+                                            max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force_fetch)
     except Exception as exc:  # the secret is unreadable: configuration, not data
         raise ConfigurationError("DATABASE_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
     try:
-        return URL.create(
-            "postgresql+pg8000",
-            username=secret["username"],
-            password=secret.get("password"),
-            host=secret["host"],
-            port=int(secret.get("port", 5432)),
-            database=secret.get("dbname") or secret.get("database") or "postgres",
-        )
+        return URL.create("postgresql+pg8000", username=secret["username"], password=secret.get("password"),
+                          host=secret["host"], port=int(secret.get("port", 5432)),
+                          database=secret.get("dbname") or secret.get("database") or "postgres")
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            "DATABASE_SECRET_ARN", "secret must be JSON with host, port, username, password, dbname"
-        ) from exc
+        raise ConfigurationError("DATABASE_SECRET_ARN",
+                                 "secret must be JSON with host, port, username, password, dbname") from exc
 
 
 def base_url(settings: Settings) -> URL:
-    """The URL the engine is created with (password from the secret, if any)."""
     if settings.database_url:
         try:
             return parse_database_url(settings.database_url)
@@ -141,13 +111,8 @@ def base_url(settings: Settings) -> URL:
     return _secret_url(settings)
 
 
-def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    return tls_context(settings.database_tls, settings.database_ca_bundle)
-
-
 def tls_context(mode: str, ca_bundle: str | None = None) -> ssl.SSLContext | None:
-    """The TLS context for DATABASE_TLS `mode` (disable, require, verify-full), the
-    relay's and the `outbox` command's alike."""
+    """The TLS context for DATABASE_TLS `mode` (disable, require, verify-full)."""
     if mode == "disable":
         return None
     if mode == "require":
@@ -169,49 +134,28 @@ def _rds_client(region: str | None) -> Any:
 
 
 def iam_token(host: str, port: int, user: str, region: str | None = None) -> str:
-    """A fresh RDS IAM authentication token (valid 15 minutes) for one new connection.
-
-    The token is a SigV4-presigned request made locally from the function's
-    credentials (no network call); `region` defaults to the environment's
-    (AWS_REGION in Lambda). "Connecting to your DB instance using IAM
-    authentication and the AWS SDK for Python (Boto3)", Amazon RDS User Guide.
-    """
+    """A fresh RDS IAM token (valid 15 minutes, presigned locally) for one new connection."""
     return _rds_client(region).generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
 
 
 def _is_login_refused(exc: Exception) -> bool:
-    """True for a server's refusal of the credentials: SQLSTATE class 28
-    (invalid_authorization_specification 28000, invalid_password 28P01;
-    PostgreSQL documentation, Appendix A "PostgreSQL Error Codes")."""
+    """The server refused the credentials (SQLSTATE class 28)."""
     detail = exc.args[0] if exc.args else None
     return isinstance(detail, dict) and str(detail.get("C", "")).startswith("28")
 
 
 def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, int, str], str] | None = None) -> Engine:
-    """Build the engine used by the lease store, once per container.
-
-    `token_provider(host, port, user) -> password` overrides IAM token
-    generation (tests stub it). Raises `ConfigurationError` for unusable
-    settings, among them IAM authentication without TLS, which RDS refuses
-    ("IAM database authentication for MariaDB, MySQL, and PostgreSQL",
-    Amazon RDS User Guide: connections must use SSL).
-    """
+    """The relay's engine, once per container; `token_provider(host, port, user)` replaces
+    IAM token generation. Raises `ConfigurationError` for unusable settings."""
     if settings.database_iam_auth and settings.database_tls == "disable":
         raise ConfigurationError("DATABASE_TLS", "DATABASE_IAM_AUTH=true needs TLS: set require or verify-full")
     url = base_url(settings)
     connect_args: dict[str, Any] = {"timeout": 10, "application_name": "outbox-relay"}
-    # pg8000 takes ssl_context=None as "try TLS unverified, else clear text";
-    # `disable` means no TLS at all, so pass False.
-    ctx = _ssl_context(settings)
+    # pg8000 takes None as "try TLS unverified, else clear text"; False is no TLS.
+    ctx = tls_context(settings.database_tls, settings.database_ca_bundle)
     connect_args["ssl_context"] = ctx if ctx is not None else False
-    engine = create_outbox_engine(
-        url,
-        pool_size=settings.database_pool_size,
-        max_overflow=2,
-        pool_recycle=900,
-        pool_pre_ping=False,
-        connect_args=connect_args,
-    )
+    engine = create_outbox_engine(url, pool_size=settings.database_pool_size, max_overflow=2, pool_recycle=900,
+                                  pool_pre_ping=False, connect_args=connect_args)
     event.listen(engine, "connect", _set_no_delay)
     event.listen(engine, "handle_error", _socket_errors_are_disconnects)
     event.listen(engine, "handle_error", server_error_behind_a_closed_socket)
@@ -228,8 +172,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
 
         @event.listens_for(engine, "do_connect")
         def _secret_password(dialect, conn_rec, cargs, cparams):  # noqa: ANN001
-            # Current credentials (cached); when the server refuses them, fetch
-            # the secret again, once: it may have been rotated since it was cached.
+            # Refused: the secret may have been rotated since it was cached; fetch it once more.
             cparams.update(_cparams(_secret_url(settings)))
             try:
                 return dialect.dbapi.connect(*cargs, **cparams)
@@ -244,10 +187,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
 
 
 def _socket_errors_are_disconnects(ctx: Any) -> Any:
-    """A socket error from pg8000 (it lets some through unwrapped, e.g. a
-    connection reset by a server that ended the backend) means the connection
-    is gone: mark it a disconnect, so the pool drops its connections and
-    `run_with_retry` runs the work again on a new one."""
+    """A raw socket error from pg8000 is a disconnect, so `run_with_retry` runs the work again."""
     original = ctx.original_exception
     if isinstance(original, OSError) and ctx.sqlalchemy_exception is None:
         ctx.is_disconnect = True
@@ -256,10 +196,8 @@ def _socket_errors_are_disconnects(ctx: Any) -> Any:
 
 
 def server_error_behind_a_closed_socket(ctx: Any) -> Any:
-    """The server's refusal of a new connection (a database that does not exist, a
-    login refused) instead of pg8000's "network error" that hides it: pg8000 sends
-    Terminate before raising, which over a Unix socket the server has already closed
-    fails with a broken pipe that replaces the server's error (left in its chain)."""
+    """The server's refusal of a new connection instead of the broken pipe pg8000 raises after
+    it (its Terminate on a Unix socket the server closed), which hides it in the chain."""
     import pg8000.exceptions
 
     original = ctx.original_exception
@@ -276,17 +214,8 @@ def server_error_behind_a_closed_socket(ctx: Any) -> Any:
 
 
 def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
-    """Turn off Nagle's algorithm on a new pg8000 connection's TCP socket.
-
-    libpq does this for every connection (PostgreSQL source, fe-connect.c,
-    `connectNoDelay`); pg8000 does not. pg8000 writes a statement's Bind in
-    parts, so a Bind larger than one TCP segment (the outcome arrays of a
-    batch) left its tail waiting for the ACK of the first part, which the
-    server delays ("TCP delayed acknowledgement"), stalling the statement.
-    Unix-domain sockets have no such option and are left alone.
-    pg8000 keeps its socket in `_usock` (no public accessor); when that changes,
-    the connection still works, only slower.
-    """
+    """TCP_NODELAY, as libpq sets: pg8000 writes a large Bind in parts, and its tail would
+    wait for the server's delayed ACK. pg8000 keeps the socket in `_usock`."""
     sock = getattr(dbapi_connection, "_usock", None)
     if sock is None or getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
         return
@@ -301,22 +230,15 @@ def _cparams(url: URL) -> dict[str, Any]:
             "port": url.port or 5432, "database": url.database}
 
 
-#: SQLSTATEs that say the server cannot serve this connection now, not that the
-#: statement is wrong: connection exceptions (class 08), operator intervention
-#: (57P01-57P03: shutdown, crash restart, still starting up), too many
-#: connections (53300), and a read-only server (25006: a demoted writer still
-#: reached through the old address during a failover).
+#: SQLSTATEs of a server that cannot serve now: connection (08), shutdown or restart
+#: (57P0x), too many connections, read-only (a demoted writer during a failover).
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
-
-
-#: Latency mode, PostgreSQL unreachable: the longest wait between two tries, seconds
-#: (delivery resumes within about this long of its return).
+#: PostgreSQL unreachable: the longest wait between two tries, seconds.
 UNREACHABLE_MAX_WAIT = 0.5
 
 
 def database_unreachable(exc: BaseException) -> bool:
-    """Whether `exc` says PostgreSQL cannot be reached now (a failover, a restart,
-    a network cut), as opposed to a statement it refused."""
+    """Whether `exc` says PostgreSQL cannot be reached now, not that it refused a statement."""
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:
             return True
@@ -328,9 +250,7 @@ def database_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return True
     if isinstance(exc, pg8000.exceptions.InterfaceError):
-        # pg8000 says "Can't create a connection", "network error", "connection is
-        # closed" for a lost server; its other interface errors (TLS refused, an
-        # authentication method it lacks) are configuration errors.
+        # Its other interface errors (TLS refused, an authentication method it lacks) are configuration.
         text = str(exc).lower()
         return not any(word in text for word in ("ssl", "authentication", "password"))
     if isinstance(exc, pg8000.exceptions.DatabaseError) and exc.args and isinstance(exc.args[0], dict):
@@ -341,10 +261,8 @@ def database_unreachable(exc: BaseException) -> bool:
 
 def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], float], reserve: float = 0.0,
                             sleep: Callable[[float], Any] = time.sleep) -> T:
-    """Run `work()`; while it fails because PostgreSQL cannot be reached
-    (`database_unreachable`), wait (50 ms, doubling up to `UNREACHABLE_MAX_WAIT`)
-    and run it again, as long as more than `reserve` seconds of `time_left()`
-    would remain after the wait; then raise."""
+    """Run `work()` again while PostgreSQL is unreachable (50 ms, doubling to `UNREACHABLE_MAX_WAIT`)
+    and more than `reserve` of `time_left()` would remain."""
     wait = 0.05
     while True:
         try:
@@ -357,11 +275,8 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
 
 
 def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
-    """Run `work(connection)` in one short transaction (`engine.begin()`: a
-    transaction pooler keeps the statements' protocol messages on one server
-    connection); if the pooled connection turns out to be dead (a thawed Lambda
-    container, a failover), run it once more on a new one. Any other error
-    propagates; pass only work that is harmless to repeat."""
+    """`work(connection)` in one short transaction, run once more on a new connection when the
+    pooled one was dead (a thawed container, a failover); pass only work safe to repeat."""
     try:
         with engine.begin() as conn:
             return work(conn)

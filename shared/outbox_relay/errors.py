@@ -1,13 +1,4 @@
-"""Exception types. The type of an exception says what happens next.
-
-- `ConfigurationError`: bad settings; start-up stops, the message names the variable.
-- `ValidationError` (from pydantic, re-raised as `InvalidMessageError`): refused at
-  enqueue, nothing written, the message names the field.
-- `DownstreamUnavailable`: the downstream (Redis, SES) cannot take anything now;
-  the relay claims nothing, or releases what it claimed with attempts refunded.
-- `StopBatch`: the downstream refuses us (account, sender identity,
-  configuration set); stop, release the rest with attempts refunded.
-"""
+"""Exception types; the type says what happens next."""
 
 from __future__ import annotations
 
@@ -27,13 +18,14 @@ class ConfigurationError(OutboxError):
         super().__init__(f"{variable}: {problem}")
 
 
-class InvalidEventError(OutboxError, ValueError):
-    """An invocation's event cannot be used. `field` names the offending field."""
-
+class _FieldError(OutboxError, ValueError):
     def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
+        self.field, self.problem = field, problem
         super().__init__(f"{field}: {problem}")
+
+
+class InvalidEventError(_FieldError):
+    """An invocation's event cannot be used. `field` names the offending field."""
 
     @classmethod
     def of(cls, exc: Any) -> "InvalidEventError":
@@ -42,21 +34,14 @@ class InvalidEventError(OutboxError, ValueError):
         return cls(".".join(str(p) for p in first.get("loc", ())) or "event", first["msg"])
 
 
-class InvalidMessageError(OutboxError, ValueError):
+class InvalidMessageError(_FieldError):
     """A message was refused at enqueue. `field` names the offending field."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field}: {problem}")
 
 
 class DownstreamUnavailable(OutboxError):
-    """The downstream cannot accept deliveries right now (connection refused,
-    timeout, sending paused). Nothing is the messages' fault: attempts are refunded."""
+    """The downstream cannot take deliveries now (not the messages' fault): attempts refunded."""
 
 
 class StopBatch(OutboxError):
-    """The downstream refused *us* (account suspended, sender identity or
-    configuration set rejected): every further message would fail the same way.
-    The relay stops, releases the rest with attempts refunded and emits a metric."""
+    """The downstream refused *us* (account, identity, configuration set): every message would
+    fail alike, so the batch stops and the rest is released, refunded."""

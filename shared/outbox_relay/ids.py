@@ -1,16 +1,6 @@
-"""Message ids: UUIDv7 (RFC 9562, section 5.7), made here and by the SQL function
-`outbox_uuidv7()` (migration 0013) to one layout (docs/decisions/0060):
-
-- bits 0-47: the Unix time in milliseconds, big-endian;
-- bits 48-51: the version, 7;
-- bits 52-63 (rand_a): the fraction of the millisecond in 1/4096 steps
-  (RFC 9562 section 6.2, method 3, increased clock precision);
-- bits 64-65: the variant, binary 10;
-- bits 66-127 (rand_b): random.
-
-An id is never below the one made before it in this process: when the clock has
-not moved past it (the same step, or a clock set back) the id takes the last
-one's time plus one step, so ids made in sequence sort in that order.
+"""Message ids: UUIDv7 with the millisecond's fraction in rand_a (RFC 9562 6.2, method 3),
+as the SQL `outbox_uuidv7()` makes them (docs/decisions/0060). Ids made in sequence in a
+process sort in that order: a clock that did not move on takes the last id's step + 1.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Delivery lag as a histogram: the time from a message's commit (its
-`created_at`, or its later `scheduled_at`) to its recorded delivery, both by
-the database clock, in milliseconds.
-
-Buckets grow by `GROWTH` (2%), so every quantile read from the histogram is
-within 2% of the true value whatever the count, and an invocation that
-delivers millions of messages keeps a few hundred counters, not millions of values.
-"""
+"""Delivery lag (commit or `scheduled_at` to recorded delivery, database clock, ms) as a
+histogram whose buckets grow by `GROWTH`: quantiles within 2%, a few hundred counters."""
 
 from __future__ import annotations
 
@@ -13,7 +7,6 @@ import math
 from collections import Counter
 from typing import Iterable
 
-#: Relative width of a bucket: quantiles are within this fraction of the true value.
 GROWTH = 1.02
 _LOG_GROWTH = math.log(GROWTH)
 #: Values CloudWatch takes in one EMF document for one metric.
@@ -25,7 +18,6 @@ def _bucket(ms: int) -> int:
 
 
 def _value(bucket: int) -> float:
-    """A bucket's representative value (the middle of its range, in ms)."""
     if bucket == 0:
         return 0.0
     low = GROWTH ** (bucket - 1)
@@ -33,8 +25,7 @@ def _value(bucket: int) -> float:
 
 
 class LagHistogram:
-    """Counts of lags by bucket, with the exact maximum. Not thread-safe
-    (the relay's summary guards it)."""
+    """Counts of lags by bucket, with the exact maximum; the summary's lock guards it."""
 
     __slots__ = ("buckets", "count", "max_ms")
 
@@ -51,7 +42,6 @@ class LagHistogram:
                 self.max_ms = ms
 
     def quantile(self, q: float) -> float | None:
-        """The `q`-quantile (0..1) in ms, None when empty."""
         if not self.count:
             return None
         rank = max(1, math.ceil(q * self.count))
@@ -63,9 +53,7 @@ class LagHistogram:
         return float(self.max_ms)
 
     def samples(self, n: int = EMF_MAX_VALUES) -> list[float]:
-        """At most `n` values standing for the distribution: every message's
-        value when there are at most `n`, else `n` evenly spaced quantiles, each
-        for an equal share of the messages (what an EMF document can carry)."""
+        """At most `n` values for an EMF document: each message's, else `n` evenly spaced quantiles."""
         if not self.count:
             return []
         if self.count <= n:
@@ -76,6 +64,5 @@ class LagHistogram:
         return [q for q in (self.quantile((i + 0.5) / n) for i in range(n)) if q is not None]
 
     def summary(self) -> dict[str, float | int | None]:
-        """p50, p99 and max in ms, and the count, for the invocation's summary."""
         return {"count": self.count, "p50": self.quantile(0.5), "p99": self.quantile(0.99),
                 "max": self.max_ms if self.count else None}

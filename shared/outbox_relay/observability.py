@@ -1,10 +1,5 @@
-"""Logging, metrics and tracing: Powertools singletons sharing one service name.
-
-Metric names below are the exact names the code emits (EMF, dimension
-`channel`); `template.yaml`'s alarms and dashboard use the same names, and a
-test checks that they agree. Logs carry message ids, counts and error
-classes, never payloads, addresses or subjects.
-"""
+"""Logging, metrics and tracing: Powertools singletons sharing one service name. The
+metric names are the template's (a test checks); logs never carry personal data."""
 
 from __future__ import annotations
 
@@ -29,9 +24,8 @@ def _boolean_ok(value: str) -> bool:
         return False
 
 
-# Powertools reads these three when the singletons are built and raises ValueError
-# (an import error, a traceback) on a bad value. Build with a safe value instead:
-# the settings then stop start-up naming the variable (`config.SdkEnvironment`).
+# Powertools raises at import on a bad value of these three; build with a safe one so the
+# settings can refuse it naming the variable (`config.SdkEnvironment`).
 _level = os.environ.get("POWERTOOLS_LOG_LEVEL")
 _trace_disabled = os.environ.get("POWERTOOLS_TRACE_DISABLED")
 _dev = os.environ.get("POWERTOOLS_DEV")
@@ -59,22 +53,17 @@ BATCH_DURATION = "BatchDuration"
 OLDEST_PENDING_AGE = "OldestPendingAge"
 DELIVERY_LAG = "DeliveryLag"
 DELIVERY_LAG_MAX = "DeliveryLagMax"
-# Latency mode's poller handover (per channel): seconds no poller was running before
-# this one registered; a successor that could not be started; messages whose dead
-# poller's lease was taken over at once.
+# Latency mode's poller handover, and seconds PostgreSQL could not be reached.
 SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
 SUCCESSOR_NOT_STARTED = "SuccessorNotStarted"
 LEASES_TAKEN_OVER = "LeasesTakenOver"
-# Latency mode: seconds a poller could not reach PostgreSQL and waited for it.
 DATABASE_UNREACHABLE = "DatabaseUnreachableSeconds"
 # Maintenance (daily, dimension channel)
 PENDING_DEPTH = "PendingDepth"
 DEAD_COUNT = "DeadCount"
 PURGED = "Purged"
 
-# SES feedback (the feedback function, dimension service only): events recorded, seen
-# before, for no known message, refused as malformed; ambiguous sends settled; addresses
-# suppressed. Reputation (dimension configuration_set): sends, permanent bounces, complaints.
+# SES feedback (dimension service; the reputation ones by configuration_set).
 FEEDBACK_METRICS = ("FeedbackRecorded", "FeedbackDuplicate", "FeedbackUnknownMessage", "FeedbackRefused",
                     "FeedbackSettled", "FeedbackSuppressed", "EmailSent", "EmailBounced", "EmailComplained")
 
@@ -102,7 +91,6 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     PURGED: MetricUnit.Count,
 }
 METRIC_UNITS.update({name: MetricUnit.Count for name in FEEDBACK_METRICS})
-# Each channel's own metrics (its publisher's `counters`) are counts, named in its spec.
 METRIC_UNITS.update({name: MetricUnit.Count for spec in CHANNELS for name in spec.metrics})
 
 
@@ -114,11 +102,9 @@ COUNTER_METRICS = {
 
 
 def ensure_namespace() -> None:
-    """Use POWERTOOLS_METRICS_NAMESPACE when set, else the default namespace."""
     if not metrics.namespace:
         metrics.namespace = DEFAULT_NAMESPACE
 
 
 def emit(name: str, value: float) -> None:
-    """Add one metric with its declared unit."""
     metrics.add_metric(name=name, unit=METRIC_UNITS[name], value=value)

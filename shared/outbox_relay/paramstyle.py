@@ -1,11 +1,6 @@
-"""pg8000's placeholder conversion, done once per statement text.
-
-pg8000 rewrites a statement's `%s` placeholders (SQLAlchemy's `format`
-paramstyle for pg8000) into `$1, $2, …` on every execute, with a scanner that
-reads the text one character at a time in Python (`pg8000.legacy.convert_paramstyle`).
-For the `format` style the result depends on the text only, so it is kept in a
-dictionary keyed by the text.
-"""
+"""pg8000's placeholder conversion, done once per statement text: pg8000 rescans each
+statement in Python on every execute, and for the `format` style the result depends
+on the text only."""
 
 from __future__ import annotations
 
@@ -13,19 +8,9 @@ from typing import Any
 
 
 def memoize_paramstyle_conversion() -> None:
-    """Make pg8000 convert each distinct statement text's placeholders once per process.
-
-    Texts longer than `_PARAMSTYLE_CACHE_MAX_CHARS` are not kept, and once
-    `_PARAMSTYLE_CACHE_SIZE` texts are kept the dictionary starts again empty,
-    so SQL built at run time (an `IN` list of varying length) cannot grow it;
-    the relay's own handful of statements come back on their next use. Other
-    paramstyles go straight to pg8000.
-
-    This replaces `pg8000.legacy.convert_paramstyle` for the whole process
-    (pg8000 looks it up in that module at each execute). If a pg8000 release
-    moves it, this does nothing and statements are converted as before.
-    Idempotent.
-    """
+    """Replace `pg8000.legacy.convert_paramstyle` for the process (idempotent; a no-op if
+    pg8000 moves it). The cache is bounded (it empties when full) so SQL built at run
+    time cannot grow it."""
     try:
         import pg8000.legacy as legacy
     except ImportError:  # pragma: no cover - pg8000 is a dependency

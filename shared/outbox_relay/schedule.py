@@ -1,5 +1,4 @@
-"""The fields a schedule's event may carry, shared by the relay's and the
-maintenance function's events."""
+"""The fields a schedule's event may carry (the relay's and the maintenance function's)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ScheduledEvent(BaseModel):
-    """EventBridge Scheduler's `Input` as the template defines it (`source` and the
-    Scheduler context attributes `scheduledTime`, `scheduleArn`, `executionId`), or
-    an EventBridge rule's "Scheduled Event". Any other field is refused, as a
-    redrive request's is (decision 0057): a misspelt field must not run as if it
-    were absent."""
+    """The Scheduler's `Input` as the template defines it, or a rule's "Scheduled Event"; any
+    other field is refused (decision 0057): a misspelt one must not run as if absent."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -1,5 +1,4 @@
-"""What one invocation reports: its summary and the message counts that become
-metrics (docs/design.md, "Handler summary")."""
+"""What one invocation reports: its summary and the counts that become metrics."""
 
 from __future__ import annotations
 
@@ -14,13 +13,9 @@ from .store import RecordResult
 
 @dataclass
 class Summary:
-    """The JSON summary an invocation returns (docs/design.md, "Interfaces").
-
-    `skipped` says why nothing was claimed (downstream gate closed, no time);
-    `stopped` says why a batch was cut short (downstream down mid-batch, our
-    account or identity refused). Counts are messages, over every batch of the
-    invocation. Outcome writes may add to it from another thread (`add`).
-    """
+    """The JSON summary an invocation returns (docs/design.md, "Interfaces"): `skipped` says
+    why nothing was claimed, `stopped` why a batch was cut short; counts are messages.
+    Outcome writes add to it from another thread."""
 
     channel: str
     mode: str = Mode.BATCH.value
@@ -38,17 +33,14 @@ class Summary:
     duration_ms: float = 0.0
     batches: int = 0
     polls: int = 0
-    #: Expired leases re-claimed alone (their holder died, maybe because of them).
+    #: Expired leases re-claimed alone (their holder died, maybe of them).
     suspects: int = 0
-    #: Latency mode: seconds this invocation could not reach PostgreSQL (it waited, gate closed).
     database_unreachable_seconds: float = 0.0
     #: Whether the latest claim found messages (None: no claim ran).
     last_claim_found: bool | None = field(default=None, repr=False)
     error_classes: dict[str, int] = field(default_factory=dict)
-    #: From the invocation's last outcome write (seconds); None when nothing was recorded.
     oldest_pending_age_seconds: float | None = None
-    #: Delivery lag of the messages this invocation delivered (ms), and of those
-    #: delivered since the metrics last took them (`take_window_lag`).
+    #: Delivery lag (ms) of this invocation, and since the metrics last took it.
     lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
     _window_lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -73,13 +65,11 @@ class Summary:
                 self.throttled += n
 
     def take_window_lag(self) -> LagHistogram:
-        """The lags added since the last call (a new window starts)."""
         with self._lock:
             window, self._window_lag = self._window_lag, LagHistogram()
             return window
 
     def counters(self) -> dict[str, int]:
-        """The message counts, for metrics."""
         with self._lock:
             return {k: getattr(self, k) for k in COUNTERS}
 

@@ -1,15 +1,6 @@
-"""W3C trace context through the outbox (docs/channels.md, "Trace context").
-
-At enqueue, the producer stores the current context as the message headers
-`traceparent` and `tracestate`: from OpenTelemetry when it is installed and a
-span is current, else from the Lambda X-Ray trace header (`_X_AMZN_TRACE_ID`).
-The relay's span for a batch links to each message's context (OpenTelemetry
-messaging conventions: links, not parents, for a batch send), and each
-publisher carries the context onward (a stream entry field, an email header, an
-SQS or SNS attribute, EventBridge's TraceHeader).
-
-OpenTelemetry is optional: it is imported on first use, only when installed, and
-without it everything here still works (no span, the X-Ray fallback).
+"""W3C trace context through the outbox (docs/channels.md, "Trace context"): stored at
+enqueue from OpenTelemetry or else the Lambda X-Ray header, linked from the relay's
+batch span, carried on by each publisher. OpenTelemetry is optional.
 """
 
 from __future__ import annotations
@@ -22,10 +13,8 @@ from typing import Any, ContextManager, Iterable, Mapping
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
-#: The Lambda runtime's X-Ray trace header, set per invocation.
 XRAY_ENV = "_X_AMZN_TRACE_ID"
-#: Longest tracestate kept (W3C: at most 32 list members; 512 characters is what
-#: propagators must at least carry). A longer one is dropped, not cut.
+#: Longest tracestate kept (what W3C propagators must carry); a longer one is dropped, not cut.
 MAX_TRACESTATE_CHARS = 512
 
 # version 00: trace id (32 hex, not all zero), parent id (16 hex, not all zero), flags (2 hex).
@@ -38,7 +27,6 @@ _otel: Any = None  # the opentelemetry.trace module, False when not installed, N
 
 
 def parse_traceparent(value: Any) -> tuple[str, str, str] | None:
-    """(trace id, parent span id, flags) of a valid version-00 traceparent, else None."""
     if not isinstance(value, str):
         return None
     m = _TRACEPARENT.fullmatch(value)
@@ -48,15 +36,12 @@ def parse_traceparent(value: Any) -> tuple[str, str, str] | None:
 
 
 def trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a traceparent (for log lines), None when there is none."""
     parsed = parse_traceparent(traceparent)
     return parsed[0] if parsed else None
 
 
 def xray_to_traceparent(header: str | None) -> str | None:
-    """The X-Ray header `Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=1` as a
-    traceparent (the X-Ray trace id is a W3C trace id with its dashes taken out).
-    None without a Root and a Parent: a traceparent needs a parent span id."""
+    """The X-Ray header as a traceparent; None without a Root and a Parent."""
     if not header:
         return None
     parts = dict(p.strip().split("=", 1) for p in header.split(";") if "=" in p)
@@ -79,7 +64,6 @@ def traceparent_to_xray(traceparent: str) -> str | None:
 
 
 def _opentelemetry() -> Any:
-    """opentelemetry.trace, imported once when installed; None when it is not."""
     global _otel
     if _otel is None:
         try:
@@ -91,8 +75,7 @@ def _opentelemetry() -> Any:
 
 
 def current_context() -> dict[str, str]:
-    """The current W3C context as headers: OpenTelemetry's current span when one is
-    valid, else the X-Ray trace header of this Lambda invocation; {} when neither."""
+    """The current context as headers: OpenTelemetry's span, else this invocation's X-Ray header."""
     trace = _opentelemetry()
     if trace is not None:
         ctx = trace.get_current_span().get_span_context()
@@ -107,9 +90,7 @@ def current_context() -> dict[str, str]:
 
 
 def with_context(headers: Any, context: Mapping[str, str]) -> Any:
-    """`headers` with the trace context added; a traceparent the caller gave wins, with
-    its own tracestate or none. Headers that are not a mapping are left as they are,
-    for validation to refuse, naming them."""
+    """`headers` with the context added; a caller's traceparent wins; a non-mapping is left for validation."""
     if not context or (headers is not None and not isinstance(headers, Mapping)) \
             or (headers and TRACEPARENT in headers):
         return headers
@@ -117,8 +98,7 @@ def with_context(headers: Any, context: Mapping[str, str]) -> Any:
 
 
 def check_context(traceparent: Any, tracestate: Any) -> dict[str, str]:
-    """Validate a context given as values (the SQL functions' arguments mirror this):
-    raises ValueError naming `traceparent` or `tracestate`."""
+    """A context given as values (the SQL functions mirror this); ValueError naming the field."""
     if traceparent is None:
         if tracestate is not None:
             raise ValueError("tracestate: needs a traceparent")
@@ -136,8 +116,7 @@ def check_context(traceparent: Any, tracestate: Any) -> dict[str, str]:
 
 
 def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
-    """(traceparent, tracestate) stored in a message's headers, (None, None) when none.
-    The substring test keeps messages without a context from being parsed."""
+    """(traceparent, tracestate) stored in a message's headers; the substring test spares a parse."""
     if not headers_json or TRACEPARENT not in headers_json:
         return None, None
     try:
@@ -153,17 +132,13 @@ def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
     return traceparent, state if isinstance(state, str) and state else None
 
 
-# Messaging system names (OpenTelemetry semantic conventions, messaging.system;
-# Redis Streams and SES have no listed value, so their own names).
+# OpenTelemetry's messaging.system names (Redis and SES have none listed).
 _SYSTEMS = {"redis": "redis", "ses": "aws_ses", "sqs": "aws_sqs", "sns": "aws_sns", "eventbridge": "aws_eventbridge"}
 
 
 def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
-    """The relay's span for publishing a batch: a PRODUCER span `send <destination>`
-    that links to each message's stored context (OpenTelemetry messaging conventions:
-    a batch send links to the creation context of each message, it is not their
-    child). A null context when OpenTelemetry is not installed or has no SDK set up,
-    so the batch then costs nothing more."""
+    """A PRODUCER span `send <destination>` linking (not parenting) each message's context,
+    as OpenTelemetry's messaging conventions say of a batch; a null context without an SDK."""
     trace = _opentelemetry()
     if trace is None:
         return nullcontext()

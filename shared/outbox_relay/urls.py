@@ -1,5 +1,4 @@
-"""The rules for the two server URLs, DATABASE_URL and REDIS_URL: one place,
-used by the settings, the relay's start-up and the `outbox` command alike."""
+"""The rules for DATABASE_URL and REDIS_URL, for the settings, the relay and the `outbox` command."""
 
 from __future__ import annotations
 
@@ -10,9 +9,7 @@ DATABASE_URL_QUERY = frozenset({"application_name", "unix_sock"})
 
 
 def parse_database_url(value: str) -> Any:
-    """`value` as a SQLAlchemy URL with the pg8000 driver: `postgresql+pg8000://`, or
-    `postgresql://` and `postgres://`, which mean the same. The one rule for
-    DATABASE_URL, in the relay and the `outbox` command alike. Raises ValueError."""
+    """`value` as a pg8000 URL (`postgresql://` and `postgres://` mean the same); ValueError."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -29,8 +26,7 @@ def parse_database_url(value: str) -> Any:
     if url.drivername != "postgresql+pg8000":
         raise ValueError(f"driver must be postgresql+pg8000 (PostgreSQL through pg8000; postgresql:// and "
                          f"postgres:// mean the same), not {url.drivername}")
-    # The query goes to pg8000's connect() as keyword arguments, where any other
-    # name fails at the first connection with a TypeError.
+    # The query goes to pg8000's connect(), where another name fails at the first connection.
     for name in url.query:
         if name == "sslmode":
             raise ValueError("sslmode in the URL is not read (pg8000 has no libpq options): "
@@ -43,10 +39,8 @@ def parse_database_url(value: str) -> Any:
 
 
 def check_redis_url(value: str, *, cluster: bool = False, iam: bool = False) -> None:
-    """Refuse a Redis URL that redis-py would read otherwise than it says: redis-py
-    ignores a database path that is not a number (and uses database 0), and fails
-    only at connect on a bad port. A cluster has database 0 only and no Unix
-    socket. Raises ValueError."""
+    """ValueError for a Redis URL redis-py would read otherwise than it says (a database path
+    that is not a number, a bad port) or a cluster cannot use."""
     from urllib.parse import parse_qs, unquote, urlparse
 
     from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
@@ -60,8 +54,7 @@ def check_redis_url(value: str, *, cluster: bool = False, iam: bool = False) -> 
         kwargs = parse_url(value)
     except ValueError as exc:
         raise ValueError(str(exc)) from None
-    # redis-py parses the query parameters it knows and passes any other to the
-    # connection, where it fails at the first command with a TypeError.
+    # redis-py passes unknown parameters to the connection, where they fail at the first command.
     for name in parse_qs(parsed.query, keep_blank_values=True):
         if name not in URL_QUERY_ARGUMENT_PARSERS:
             raise ValueError(f"the query parameter {name!r} is not a redis-py connection option "

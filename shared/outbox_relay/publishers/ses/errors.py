@@ -1,6 +1,6 @@
-"""Whose fault an SES ``SendEmail`` error is (docs/channels.md, "Errors: whose fault").
-A refusal of a value every message shares stops the batch, or it would dead-letter
-the whole queue one message at a time."""
+"""Whose fault an SES ``SendEmail`` error is (docs/channels.md, "Errors: whose fault, and
+what happens"). A refusal of a value every message shares stops the batch, or it would
+dead-letter the whole queue one message at a time."""
 
 from __future__ import annotations
 
