@@ -1,7 +1,5 @@
-"""What becomes of a claimed batch's messages: each delivery result turned into
-an outcome (`to_outcome`) and written, fenced on the lease token, by the
-invocation's `Recorder` (docs/design.md, "Message lifecycle"). The loop
-(`loop.RelayLoop`) owns one recorder and hands it every result."""
+"""What becomes of a claimed batch's messages: each result turned into an outcome
+(`to_outcome`) and written, fenced on the lease token, by the loop's `Recorder`."""
 
 from __future__ import annotations
 
@@ -22,11 +20,8 @@ from .tracing import context_of, trace_id
 
 
 class Batch:
-    """One claim as the loop delivers it: what the claim saw, its leased messages,
-    and which of them are not recorded yet. `epoch` is the invocation's committed
-    outcome writes when the claim began (`KeyTurns`); `not_attempted` counts
-    messages given back untried (their key stopped at an earlier failure), due
-    again at once; `stopped` says why delivery was cut short."""
+    """One claim as the loop delivers it: its leased messages and which are not recorded yet.
+    `epoch`: the committed outcome writes when the claim began (`KeyTurns`)."""
 
     def __init__(self, claim: ClaimResult, limit: int, owner: str, epoch: int | None = None) -> None:
         self.claim, self.limit, self.owner, self.epoch = claim, limit, owner, epoch
@@ -38,38 +33,28 @@ class Batch:
 
     @property
     def full(self) -> bool:
-        """More may be waiting: the scan reached the limit, the byte budget cut the batch,
-        or the claim requeued expired leases."""
+        """More may be waiting: the scan reached the limit, the byte budget cut it, or leases were requeued."""
         c = self.claim
         return c.cut or c.requeued > 0 or max(c.due, c.scanned, len(c.messages)) >= self.limit
 
     @property
     def moved_from_full(self) -> bool:
-        """It claimed nothing but moved held-back rows out of a full window, or put
-        expired leases back in the queue: the next claim finds something new."""
+        """Nothing claimed, but rows moved out of a full window or leases requeued: claim again."""
         c = self.claim
         return not c.messages and ((c.scanned > 0 and self.full) or c.requeued > 0)
 
     @property
     def waiting_on_a_lock(self) -> bool:
-        """It claimed and moved nothing, its window full of rows behind keys' first
-        messages that another transaction holds locked, not yet for long enough to
-        tell from a concurrent claim: claim again shortly (`LOCKED_HEAD_RECHECK_SECONDS`)."""
+        """Nothing moved, the window full behind heads another transaction holds locked, not yet
+        long enough to tell from a concurrent claim: claim again shortly."""
         c = self.claim
         return not c.messages and c.scanned == 0 and self.full and bool(c.unconfirmed)
 
 
 def to_outcome(result: DeliveryResult, message: ClaimedMessage, backoff: Backoff,
                throttle_delay_seconds: float) -> Outcome:
-    """Decide what to record for one delivery result.
-
-    delivered → DELIVERED; permanent → DEAD; transient → RETRY after
-    `backoff.delay(attempts)` (dead in SQL once attempts reach the maximum);
-    throttled → RELEASE (refund) after `retry_after_seconds` or the throttle
-    delay; suppressed → DEAD; ambiguous → SETTLE (pending after the settle
-    window in `retry_after_seconds`, attempt kept); downstream unavailable,
-    configuration, not attempted → RELEASE (refund).
-    """
+    """What to record for one result (the classes are base.py's contract); anything not
+    delivered, dead, retried, settled or throttled is released, refunded."""
     cls = result.error_class
     if cls is None:
         return Outcome.delivered(result.seq, result.delivery_ref)
@@ -89,16 +74,10 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, backoff: Backoff
 
 
 class Recorder:
-    """The invocation's outcome writes, one statement each, in order, each fenced
-    on the lease token.
-
-    Not `queued` (batch mode), a write runs at once in the calling thread, so a
-    batch is recorded before the next claim. `queued`, writes run on a thread of
-    their own in submission order, and a failed one is raised in the caller's
-    thread at its next call; with `retry_within` (latency mode's deadline) a write
-    that cannot reach the database is tried again while more than a second is left.
-    With `turns`, every message not delivered is noted there, with its write's number.
-    """
+    """The invocation's outcome writes, one fenced statement each, in order: at once, or
+    `queued` on a thread of their own (a failure raised at the caller's next call). With
+    `retry_within`, a write is retried while the database is unreachable and a second is
+    left; with `turns`, every message not delivered is noted there."""
 
     def __init__(self, store: Store, summary: Summary, backoff: Backoff, throttle_delay_seconds: float,
                  turns: KeyTurns | None, *, queued: bool, retry_within: Deadline | None = None,
@@ -110,7 +89,6 @@ class Recorder:
         self.pending: deque[Future] = deque()
 
     def record(self, batch: Batch, results: Sequence[DeliveryResult]) -> None:
-        """Record these results of `batch` (one outcome write); a message already recorded is left out."""
         outcomes, notes = [], []
         for r in results:
             if r.seq not in batch.unrecorded:
@@ -135,7 +113,6 @@ class Recorder:
             self._write(batch.owner, outcomes, notes)
 
     def release(self, batch: Batch, error_class: ErrorClass, error: str) -> None:
-        """Give back every message of `batch` not recorded yet, attempts refunded."""
         if not batch.unrecorded:
             return
         rest = sorted(batch.unrecorded)
@@ -146,8 +123,7 @@ class Recorder:
 
     def _write(self, owner: str, outcomes: list[Outcome],
                notes: list[tuple[ClaimedMessage, bool, bool]]) -> None:
-        # The write holds the outcomes only, not the batch: a batch waiting for its
-        # write keeps no payload in memory.
+        # The write holds the outcomes, not the batch: no payload waits in memory.
         store, summary, turns = self.store, self.summary, self.turns
         number = turns.next_write() if turns is not None else 0
 
@@ -171,7 +147,6 @@ class Recorder:
                             else self.executor.submit(write))
 
     def _retrying(self, write: Callable[[], RecordResult]) -> RecordResult:
-        # Tried again while more than a second of the invocation is left.
         deadline = self.retry_within
         return retry_while_unreachable(write, time_left=lambda: deadline.remaining_ms() / 1000.0, reserve=1.0,
                                        sleep=self.sleep)
@@ -181,12 +156,10 @@ class Recorder:
             self.pending.popleft().result()
 
     def wait_until(self, pending: int) -> None:
-        """Return once at most `pending` writes are still queued or running."""
         while len(self.pending) > pending:
             self.pending.popleft().result()
 
     def close(self) -> None:
-        """Wait for every write (raising the first that failed) and stop the thread."""
         try:
             self.wait_until(0)
         finally:

@@ -1,5 +1,2 @@
-"""SES feedback: the events SES publishes after it accepted an email (Send,
-Delivery, Bounce, Complaint, Reject, Rendering Failure, DeliveryDelay), parsed
-(`events`), recorded against their outbox messages and turned into the
-suppression list (`store`), with addresses as keyed hashes (`hashing`); the
-feedback function's work (`run`)."""
+"""SES feedback: SES's events parsed (`events`), recorded against their messages and
+the suppression list (`store`), addresses as keyed hashes (`hashing`); the function (`run`)."""

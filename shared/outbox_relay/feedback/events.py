@@ -1,13 +1,5 @@
-"""SES events as the configuration set's SNS event destination publishes them
-("Contents of event data that Amazon SES publishes to Amazon SNS"), inside the
-Lambda SNS event (`Records[i].Sns.Message`, a JSON text).
-
-`parse_records(event)` checks each record and returns what the feedback store
-needs; a malformed record raises `MalformedEvent` naming the field (for example
-``Records[0].Sns.Message.bounce.feedbackId``), and nothing of it is written.
-Open, Click and Subscription events (a destination may be set to publish them)
-are not recorded: `IGNORED`.
-"""
+"""SES events as a configuration set's SNS destination publishes them, inside the Lambda
+SNS event; a malformed record is refused naming the field, and nothing of it is written."""
 
 from __future__ import annotations
 
@@ -21,7 +13,6 @@ from typing import Any, Iterator, Mapping
 from ..email.payload import OUTBOX_TAG
 from ..errors import InvalidEventError
 
-#: SES's eventType → the stored event_type, and the member holding its details.
 EVENT_TYPES: Mapping[str, tuple[str, str]] = {
     "Send": ("send", "send"),
     "Delivery": ("delivery", "delivery"),
@@ -33,30 +24,27 @@ EVENT_TYPES: Mapping[str, tuple[str, str]] = {
 }
 #: Event types a destination may publish that the feedback does not record.
 IGNORED_TYPES = frozenset({"Open", "Click", "Subscription"})
-#: Longest subtype kept (bounce type/subtype, complaint type, delay type, reject reason), characters.
 MAX_SUBTYPE_CHARS = 100
 _SES_ID_RE = re.compile(r"[0-9A-Za-z._@+=-]{1,200}")
 
 
 class MalformedEvent(InvalidEventError):
-    """A record that is not an SES event as SES publishes it; `field` names what is
-    wrong, and the problem never quotes the value (it may be an address)."""
+    """A record that is not an SES event; the problem never quotes the value (it may be an address)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FeedbackEvent:
-    """One SES event. `recipients` are the addresses it concerns, in clear: they
-    are hashed before anything is written and never logged."""
+    """One SES event; `recipients` are in clear, hashed before anything is written, never logged."""
 
     event_type: str  # send, delivery, bounce, complaint, reject, rendering_failure, delivery_delay
     ses_message_id: str
     outbox_message_id: str | None  # the outbox-message-id tag, canonical UUID text
     configuration_set: str | None
     event_at: datetime
-    event_key: str  # with the SES id and type, what makes the event itself (feedbackId or its time)
+    event_key: str  # with the SES id and type, what identifies the event (feedbackId or its time)
     subtype: str | None
     recipients: tuple[str, ...]
-    #: Addresses this event puts on the suppression list, and why (a permanent bounce, a complaint).
+    #: Why this event suppresses its recipients (a permanent bounce, a complaint).
     suppress_reason: str | None = None
 
     def __repr__(self) -> str:  # no addresses in reprs (tracebacks, logs)
@@ -69,9 +57,7 @@ IGNORED = object()
 
 
 def parse_records(event: Any) -> Iterator[FeedbackEvent | MalformedEvent | object]:
-    """Each record of a Lambda SNS event: a `FeedbackEvent`, `IGNORED`, or the
-    `MalformedEvent` that refuses it (returned, not raised: the other records go on).
-    Raises `MalformedEvent` when the event itself has no ``Records`` list."""
+    """Each record: a `FeedbackEvent`, `IGNORED`, or its `MalformedEvent` (returned: the others go on)."""
     records = event.get("Records") if isinstance(event, dict) else None
     if not isinstance(records, list) or not records:
         raise MalformedEvent("Records", "must be a non-empty list (an SNS event)")
@@ -96,7 +82,6 @@ def parse_record(record: Any, where: str = "Records[0]") -> FeedbackEvent | obje
 
 
 def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEvent | object:
-    """One SES event object (the SNS message's JSON)."""
     kind = message.get("eventType")
     if not isinstance(kind, str):
         kind = None
@@ -127,13 +112,13 @@ def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEv
     dat = f"{at}.{member}"
     destination = _addresses(mail.get("destination", []), f"{at}.mail.destination", None)
     subtype, suppress, recipients = None, None, destination
-    event_at, key = mail_at, mail_at.isoformat()
-    if event_type == "delivery":
+    event_at = mail_at
+    if event_type in ("delivery", "bounce", "complaint", "delivery_delay"):
         event_at = _time(details, "timestamp", dat)
-        key = event_at.isoformat()
+    key = event_at.isoformat()
+    if event_type == "delivery":
         recipients = _addresses(details.get("recipients", []), f"{dat}.recipients", None)
     elif event_type == "bounce":
-        event_at = _time(details, "timestamp", dat)
         key = _member(details, "feedbackId", dat, str)
         bounce_type = _member(details, "bounceType", dat, str)
         subtype = f"{bounce_type}/{details.get('bounceSubType') or ''}".rstrip("/")
@@ -141,15 +126,12 @@ def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEv
                                 "emailAddress")
         suppress = "bounce" if bounce_type == "Permanent" else None
     elif event_type == "complaint":
-        event_at = _time(details, "timestamp", dat)
         key = _member(details, "feedbackId", dat, str)
         subtype = details.get("complaintFeedbackType") or details.get("complaintSubType")
         recipients = _addresses(_member(details, "complainedRecipients", dat, list),
                                 f"{dat}.complainedRecipients", "emailAddress")
         suppress = "complaint"
     elif event_type == "delivery_delay":
-        event_at = _time(details, "timestamp", dat)
-        key = event_at.isoformat()
         subtype = details.get("delayType")
         recipients = _addresses(details.get("delayedRecipients", []), f"{dat}.delayedRecipients", "emailAddress")
     elif event_type == "reject":
@@ -186,7 +168,6 @@ def _time(obj: Mapping[str, Any], name: str, where: str) -> datetime:
 
 
 def _tag(tags: Mapping[str, Any], name: str, where: str) -> str | None:
-    """A tag's value: SES gives each tag as a list of strings (one for ours)."""
     value = tags.get(name)
     if value is None:
         return None

@@ -1,12 +1,6 @@
-"""Email addresses as keyed hashes: the suppression list and the feedback
-events keep no address in clear (docs/decisions/0047-ambiguous-sends-and-a-hashed-suppression-list.md).
-
-The hash is HMAC-SHA-256 of the address's bare form, lower-cased, under a key
-of at least `MIN_KEY_CHARS` characters: OUTBOX_SES_ADDRESS_KEY, or the string of
-the Secrets Manager secret OUTBOX_SES_ADDRESS_KEY_SECRET_ARN (the template
-generates one). Without the key a stored hash cannot be tested against a guessed
-address; a new key makes every stored hash unmatchable (the list starts over).
-"""
+"""Email addresses as keyed hashes (HMAC-SHA-256 of the bare address, lower-cased), so the
+feedback keeps none in clear and a hash cannot be tested against a guessed address
+without the key (docs/decisions/0047-ambiguous-sends-and-a-hashed-suppression-list.md)."""
 
 from __future__ import annotations
 
@@ -16,13 +10,11 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-#: Shortest key accepted, characters (256 bits as 64 hex digits, or a generated secret of 32+).
 MIN_KEY_CHARS = 32
 
 
 def normalise(address: str) -> str:
-    """The bare address, lower-cased: ``Jiwoo <Jiwoo@Example.com>`` → ``jiwoo@example.com``.
-    SES and receiving servers treat addresses case-insensitively in practice."""
+    """``Jiwoo <Jiwoo@Example.com>`` → ``jiwoo@example.com`` (servers match addresses case-insensitively)."""
     text = address.strip()
     if text.endswith(">") and "<" in text:
         text = text[text.rindex("<") + 1:-1]
@@ -30,8 +22,6 @@ def normalise(address: str) -> str:
 
 
 class AddressHasher:
-    """Hashes addresses under one key (`hash(address)` → 64 hex digits)."""
-
     def __init__(self, key: str) -> None:
         if len(key) < MIN_KEY_CHARS:
             raise ValueError(f"must be at least {MIN_KEY_CHARS} characters")
@@ -45,9 +35,7 @@ class AddressHasher:
 
 
 def address_hasher(settings: Any) -> AddressHasher:
-    """The hasher of `settings`: OUTBOX_SES_ADDRESS_KEY, else the secret of
-    OUTBOX_SES_ADDRESS_KEY_SECRET_ARN (cached by Powertools for 5 minutes).
-    Raises `ConfigurationError` naming the variable."""
+    """OUTBOX_SES_ADDRESS_KEY's hasher, else the secret's; `ConfigurationError` naming the variable."""
     if settings.ses_address_key:
         variable, key = "OUTBOX_SES_ADDRESS_KEY", settings.ses_address_key
     elif settings.ses_address_key_secret_arn:

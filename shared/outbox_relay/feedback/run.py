@@ -1,21 +1,6 @@
-"""What the feedback function does, outside its handler: each SES event of an
-SNS delivery recorded against its message (docs/design.md, "SES feedback").
-
-Per record: parsed (`events.parse_records`; a malformed one is refused in one
-log line naming the field, metric FeedbackRefused, and nothing of it is
-written), then recorded (`store.FeedbackStore`): a new event of a known message
-is written, settles the send (a message waiting is delivered now; one in flight
-takes the SES id, and its outcome write or the claim of its expired lease
-records it delivered: `in_flight`), and puts
-a permanent bounce's or a complaint's recipients on the suppression list; an
-event already recorded changes nothing (FeedbackDuplicate); one for a message
-the outbox does not know is counted (FeedbackUnknownMessage). A database error
-propagates: SNS invokes the function again, and the retry is harmless.
-
-Reputation: EmailSent, EmailBounced (permanent) and EmailComplained per
-configuration set (dimension `configuration_set`), for the bounce and complaint
-rate alarms.
-"""
+"""The feedback function's work: each SES event of an SNS delivery recorded against its
+message (docs/design.md, "SES feedback"). A database error propagates: SNS invokes the
+function again, and recording is idempotent."""
 
 from __future__ import annotations
 
@@ -34,14 +19,12 @@ from .events import IGNORED, FeedbackEvent, MalformedEvent, parse_records
 from .hashing import address_hasher
 from .store import FeedbackStore
 
-#: Reputation counts per configuration set: SES event type → metric.
+#: Reputation counts per configuration set, for the bounce and complaint rate alarms.
 REPUTATION_METRICS = {"send": "EmailSent", "bounce": "EmailBounced", "complaint": "EmailComplained"}
 
 
 class FeedbackSettings(Settings):
-    """The feedback function's settings: the database, the addresses' key
-    (OUTBOX_SES_ADDRESS_KEY or its secret) and OUTBOX_SES_SUPPRESSION (on unless
-    false: this function exists only where feedback is configured)."""
+    """The database, the addresses' key and OUTBOX_SES_SUPPRESSION (on unless false)."""
 
     relays: ClassVar[bool] = False
 
@@ -54,7 +37,6 @@ class FeedbackSettings(Settings):
 
 
 def load_feedback_settings(**overrides: object) -> FeedbackSettings:
-    """Like `config.load_settings`, for the feedback function."""
     return _load(FeedbackSettings, overrides)  # type: ignore[return-value]
 
 
@@ -66,8 +48,7 @@ class FeedbackDependencies:
 
 @functools.cache
 def get_dependencies() -> FeedbackDependencies:
-    """Settings, engine and the addresses' key for this container (cold start).
-    Raises `ConfigurationError` naming the variable at fault."""
+    """This container's settings, engine and key; `ConfigurationError` naming the variable."""
     settings = load_feedback_settings()
     hasher = address_hasher(settings)
     store = FeedbackStore(create_relay_engine(settings), hasher, suppress=settings.ses_suppression is not False)
@@ -75,16 +56,13 @@ def get_dependencies() -> FeedbackDependencies:
 
 
 def reset() -> None:
-    """Forget the cached dependencies (tests, or after changing the environment)."""
     if get_dependencies.cache_info().currsize:
         get_dependencies().store.engine.dispose()
     get_dependencies.cache_clear()
 
 
 def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[str, Any]:
-    """Record every SES event of an SNS event; returns the counts and the refusals
-    (one line each, naming the field). Raises `InvalidEventError` when the event
-    has no records at all."""
+    """Record every SES event of an SNS event; the counts and the refusals, one line each."""
     summary: dict[str, Any] = {"records": 0, "recorded": 0, "duplicates": 0, "unknown": 0, "ignored": 0,
                                "settled": 0, "in_flight": 0, "suppressed": 0, "refused": []}
     reputation: dict[tuple[str, str], int] = {}

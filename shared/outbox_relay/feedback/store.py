@@ -1,6 +1,4 @@
-"""Where SES feedback is written and read: events against their messages
-(`FeedbackStore`), and the suppression list (`SuppressionList`). Addresses are
-hashed (`hashing.AddressHasher`) before they reach a statement."""
+"""Where SES feedback is written and read; addresses are hashed before they reach a statement."""
 
 from __future__ import annotations
 
@@ -19,9 +17,7 @@ from .hashing import AddressHasher, normalise
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """What recording one event did: whether its message was found, whether the
-    event was new, whether it settled the send, addresses suppressed, and whether
-    the message was in flight (leased: its outcome write or the claim settles it)."""
+    """What recording one event did; `in_flight`: the message was leased (its outcome write settles it)."""
 
     found: bool
     new: bool
@@ -31,12 +27,11 @@ class Recorded:
 
 
 class FeedbackStore:
-    """Records SES events (`sql.feedback.record_email_event`, one statement each)."""
+    """Records SES events, one statement each."""
 
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None, *, suppress: bool = True) -> None:
         self.engine = engine
         self.hasher = hasher
-        #: Whether permanent bounces and complaints put their recipients on the list.
         self.suppress = suppress
 
     def record(self, e: FeedbackEvent) -> Recorded:
@@ -56,7 +51,6 @@ class FeedbackStore:
         return Recorded(bool(found), bool(new), bool(settled), int(suppressed), bool(in_flight))
 
     def events_of(self, message_id: str) -> list[dict[str, Any]]:
-        """Every event of one message, oldest first (recipients as a count)."""
         return run_with_retry(self.engine, lambda c: [dict(r._mapping) for r in c.execute(
             sql.feedback.email_events_of, {"message_id": message_id})])
 
@@ -71,15 +65,14 @@ class Suppressed:
 
 
 class SuppressionList:
-    """The suppression list, by address (hashed here; `entries` needs no key): one statement per call."""
+    """The suppression list by address (`entries` needs no key), one statement per call."""
 
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None) -> None:
         self.engine = engine
         self.hasher = hasher
 
     def reasons(self, addresses: Iterable[str]) -> Mapping[str, str]:
-        """The suppressed ones among `addresses`: {normalised address: reason}. One
-        statement for all of them (a batch's recipients)."""
+        """{normalised address: reason} of the suppressed ones among `addresses`."""
         by_hash: dict[str, str] = {}
         for a in addresses:
             by_hash.setdefault(self._hash(a), normalise(a))
@@ -90,13 +83,11 @@ class SuppressionList:
         return {by_hash[h]: reason for h, reason in rows}
 
     def add(self, address: str, detail: str | None = None) -> bool:
-        """Add `address` (reason manual); False when it was on the list already."""
         row = run_with_retry(self.engine, lambda c: c.execute(
             sql.feedback.suppression_add, {"address_hash": self._hash(address), "detail": detail}).first())
         return row is not None
 
     def remove(self, address: str) -> str | None:
-        """Take `address` off the list; the reason it was on it, None when it was not."""
         return run_with_retry(self.engine, lambda c: c.execute(
             sql.feedback.suppression_remove, {"address_hash": self._hash(address)}).scalar())
 
@@ -111,14 +102,12 @@ class SuppressionList:
         return [Suppressed(*r) for r in rows]
 
 
-#: Events a purge deletes per statement (one short transaction each).
 EVENT_PURGE_BATCH = 5000
 
 
 def purge_email_events(engine: Engine, *, older_than_seconds: float, keep_going: Any = lambda: True,
                        batch: int = EVENT_PURGE_BATCH) -> int:
-    """Delete feedback events received more than `older_than_seconds` ago, in
-    batches of `batch` while `keep_going()`; how many were deleted."""
+    """Delete events older than `older_than_seconds` in batches while `keep_going()`; how many."""
     deleted = 0
     while keep_going():
         n = run_with_retry(engine, lambda c: c.execute(sql.feedback.purge_email_events, {
