@@ -1,5 +1,4 @@
-"""Dead letters: list them (`outbox dead list`), show one message (`outbox dead show`),
-give them up for good (`outbox dead discard`)."""
+"""Dead letters: `outbox dead list`, `show` and `discard`."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ class DeadLetter:
     dead_at: datetime | None
     created_at: datetime
     dead_for_seconds: float | None
-    """Seconds since `dead_at`, by the database clock."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -40,35 +38,20 @@ class DeadLetter:
 def list_dead(engine: Engine, *, channel: Channel | None = None, error_class: str | None = None,
               since_seconds: float | None = None, since: datetime | None = None,
               limit: int = 50) -> list[DeadLetter]:
-    """Dead letters, newest first, at most `limit` (1..10,000).
-
-    Args:
-        channel: only this channel.
-        error_class: only this `last_error_class` (e.g. ``"permanent"``).
-        since_seconds: only those dead within this many seconds before the database's now().
-        since: only those dead at or after this timezone-aware time.
-
-    Raises `ValueError` for a limit out of range or a naive `since`.
-    """
+    """Dead letters, newest first, at most `limit`, filtered by what is given (`since_seconds`
+    by the database's clock). `ValueError` for a limit out of range or a naive `since`."""
     if not 1 <= limit <= 10_000:
         raise ValueError("limit must be between 1 and 10000")
     if since is not None and since.tzinfo is None:
         raise ValueError("since must be timezone-aware")
-    params = {
-        "channel": Channel(channel).value if channel else None,
-        "error_class": error_class,
-        "since_seconds": since_seconds,
-        "since": since,
-        "limit": limit,
-    }
+    params = {"channel": Channel(channel).value if channel else None, "error_class": error_class,
+              "since_seconds": since_seconds, "since": since, "limit": limit}
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.list_dead, params).fetchall())
     return [DeadLetter(*r) for r in rows]
 
 
 def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | None:
-    """The whole row of one message (any status), or None when there is none.
-
-    Raises `ValueError` when `message_id` is not a UUID."""
+    """The whole row of one message, or None; `ValueError` when `message_id` is not a UUID."""
     mid = uuid.UUID(str(message_id))
     row = run_with_retry(engine, lambda c: c.execute(sql.operations.get_message, {"message_id": str(mid)}).first())
     return MessageRow.from_mapping(row._mapping) if row is not None else None
@@ -76,31 +59,24 @@ def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | Non
 
 @dataclass(frozen=True, slots=True)
 class HistoryLine:
-    """One line of a message's history: an attempt's outcome or a later change."""
+    """One line of a message's history: an attempt's outcome or a later change (docs/operating.md)."""
 
     at: datetime
     event: str
-    """retry, dead, released, ambiguous, lease_expired, settled, redriven, discarded, or delivered."""
     attempt: int | None
-    """The attempt it ends (None for an operator's action)."""
     error_class: str | None
     error: str | None
     ref: str | None
-    """Where it landed: the delivery reference (of a delivery, or the SES message id that settled a send)."""
     actor: str | None
-    """The lease owner that made the attempt, ``feedback`` or ``operator`` (None for the delivery,
-    which the message row records without its owner)."""
     next_at: datetime | None
-    """When the message was due again, for an outcome that left it pending."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
 def history_of(engine: Engine, message: MessageRow) -> list[HistoryLine]:
-    """The history of `message`, oldest first: the lines stored for it, then its
-    delivery from the row itself (the relay stores no line for a delivery,
-    the common case) unless an SES event settled it (a line of its own)."""
+    """The history of `message`, oldest first; its delivery from the row (the relay stores no
+    line for one) unless an SES event settled it."""
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.history_of, {"seq": message.seq}).fetchall())
     lines = [HistoryLine(*r) for r in rows]
     if message.status is Status.DELIVERED and message.delivered_at is not None \
@@ -112,8 +88,7 @@ def history_of(engine: Engine, message: MessageRow) -> list[HistoryLine]:
 
 @dataclass(frozen=True, slots=True)
 class DiscardResult:
-    """What a discard did: the ids now discarded, and the requested ids that were
-    not dead letters (unknown, or in another state: left alone)."""
+    """The ids discarded, and the requested ones that were not dead letters (left alone)."""
 
     discarded: tuple[str, ...]
     not_dead: tuple[str, ...]
@@ -123,12 +98,8 @@ class DiscardResult:
 
 
 def discard(engine: Engine, message_ids: Sequence[uuid.UUID | str]) -> DiscardResult:
-    """Give up these dead letters for good: status `discarded`, kept until the dead
-    retention purges them. A discarded message holds back no key, so under
-    OUTBOX_ORDERING_ON_DEAD=block its key's later messages go on at once.
-    One statement, fenced on `status = 'dead'`.
-
-    Raises `ValueError` when an id is not a UUID or none is given."""
+    """Give up these dead letters for good (a discarded one holds back no key); one statement
+    fenced on `status = 'dead'`. `ValueError` when an id is not a UUID or none is given."""
     ids = list(dict.fromkeys(str(uuid.UUID(str(m))) for m in message_ids))  # each once, in the order given
     if not ids:
         raise ValueError("say which dead letters to discard: one or more message ids")

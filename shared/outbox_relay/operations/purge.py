@@ -1,5 +1,5 @@
-"""Retention: delete old delivered messages and dead letters in bounded batches,
-never one table-wide DELETE, so a relay claiming meanwhile waits for no one."""
+"""Retention: old delivered messages and dead letters deleted in bounded batches, SKIP
+LOCKED, never one table-wide DELETE, so neither the purge nor a relay waits on the other."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from .. import sql
 from ..db import run_with_retry
 from ..models import Channel
 
-#: Rows a purge deletes per statement (one short transaction each).
 PURGE_BATCH = 5000
 
 
 @dataclass
 class PurgeResult:
-    """What a purge deleted. `complete` is False when `keep_going` stopped it
-    early (a Lambda deadline); the next run carries on where it stopped."""
+    """What a purge deleted; not `complete` when `keep_going` stopped it (the next run goes on)."""
 
     delivered: int = 0
     dead: int = 0
@@ -40,8 +38,7 @@ class PurgeResult:
 
 def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
                 dead_older_than_seconds: float | None = None) -> dict[str, int]:
-    """How many rows a purge with these windows would delete now:
-    ``{"delivered": n, "dead": m}``."""
+    """How many rows a purge with these windows would delete now."""
 
     def work(conn: Any) -> dict[str, int]:
         delivered = conn.execute(sql.operations.count_delivered_older,
@@ -61,20 +58,9 @@ def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
 def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_than_seconds: float | None = None,
           batch_size: int = PURGE_BATCH, on_batch: Callable[[str, int], None] | None = None,
           keep_going: Callable[[], bool] | None = None) -> PurgeResult:
-    """Delete delivered messages older than `delivered_older_than_seconds` (by
-    `delivered_at`) and, when given, dead letters (discarded ones too) older than
-    `dead_older_than_seconds` (by `dead_at`). Windows are seconds before the
-    database's now().
-
-    Works in batches of at most `batch_size` rows, each one statement and its
-    own short transaction; there is never a table-wide DELETE, and rows are
-    locked with SKIP LOCKED so neither the purge nor a relay waits on the
-    other. `on_batch(kind, n)` is called after each batch (kind ``"delivered"``
-    or ``"dead"``); `keep_going()` is asked before each batch and stops the
-    purge when it returns False (the result then says `complete=False`).
-
-    Raises `ValueError` for a window that is not positive or a bad batch size.
-    """
+    """Delete delivered messages and, when given, dead (and discarded) ones older than their
+    windows, in batches; `on_batch(kind, n)` after each, `keep_going()` before each.
+    `ValueError` for a window that is not positive or a bad batch size."""
     if delivered_older_than_seconds <= 0 or (dead_older_than_seconds is not None and dead_older_than_seconds <= 0):
         raise ValueError("retention windows must be longer than zero")
     if not 1 <= batch_size <= 50_000:

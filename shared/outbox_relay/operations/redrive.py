@@ -1,5 +1,4 @@
-"""Redrive: move dead letters back to pending, in bounded batches fenced on
-`status = 'dead'`, so a message being relayed or delivered is never touched."""
+"""Redrive: dead letters back to pending, in batches fenced on `status = 'dead'`."""
 
 from __future__ import annotations
 
@@ -13,14 +12,12 @@ from .. import sql
 from ..db import run_with_retry
 from ..models import Channel
 
-#: Rows a redrive moves per statement (one short transaction each).
 REDRIVE_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class RedriveSelection:
-    """Which dead letters to redrive. Filters combine (AND); `everything` must
-    be set explicitly to redrive every dead letter, and no filter may be set with it."""
+    """Which dead letters: filters combine (AND); `everything` explicitly, and alone."""
 
     message_ids: tuple[uuid.UUID, ...] = ()
     channel: Channel | None = None
@@ -44,11 +41,7 @@ class RedriveSelection:
 
 @dataclass
 class RedriveResult:
-    """What a redrive did (or, with `dry_run`, would do).
-
-    `by_channel` and `by_error_class` count the messages moved (or matched);
-    `not_dead` lists requested ids that were not dead letters when the redrive
-    ran (unknown, or pending, leased, delivered, discarded: left alone)."""
+    """What a redrive did (or would do); `not_dead`: requested ids that were not dead letters."""
 
     dry_run: bool
     moved: int = 0
@@ -62,9 +55,14 @@ class RedriveResult:
                 "by_channel": self.by_channel, "by_error_class": self.by_error_class,
                 "not_dead": self.not_dead}
 
+    def add(self, channel: str, error_class: str | None, n: int) -> None:
+        self.moved += n
+        self.by_channel[channel] = self.by_channel.get(channel, 0) + n
+        key = error_class or "none"
+        self.by_error_class[key] = self.by_error_class.get(key, 0) + n
+
 
 def count_redrive(engine: Engine, selection: RedriveSelection) -> int:
-    """How many dead letters `selection` matches now (for a progress bar's total)."""
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.redrive_preview, selection.params()).fetchall())
     return sum(int(n) for _, _, n in rows)
 
@@ -72,21 +70,9 @@ def count_redrive(engine: Engine, selection: RedriveSelection) -> int:
 def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = False,
             batch_size: int = REDRIVE_BATCH,
             on_batch: Callable[[int], None] | None = None) -> RedriveResult:
-    """Move dead letters back to pending: attempts 0, due now (`available_at = now()`).
-
-    Batches of at most `batch_size` rows, one statement each (`sql.operations.redrive_batch`),
-    each its own transaction, until no matching dead letter older than the
-    redrive's start is left. Only rows with `status = 'dead'` move (the fence);
-    concurrent redrives skip each other's rows (SKIP LOCKED).
-
-    Args:
-        selection: which dead letters.
-        dry_run: count what would move, by channel and error class; change nothing.
-        batch_size: rows per statement (1..10,000).
-        on_batch: called with the number moved after every batch (progress).
-
-    Returns a `RedriveResult`. Raises `ValueError` for a bad `batch_size`.
-    """
+    """Move dead letters back to pending (attempts 0, due now) in batches until none older
+    than the redrive's start is left; concurrent redrives skip each other's rows. `dry_run`
+    counts and changes nothing. `ValueError` for a bad `batch_size`."""
     if not 1 <= batch_size <= 10_000:
         raise ValueError("batch_size must be between 1 and 10000")
     params = selection.params()
@@ -95,10 +81,7 @@ def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = Fals
     if dry_run:
         for channel, error_class, n in run_with_retry(
                 engine, lambda c: c.execute(sql.operations.redrive_preview, params).fetchall()):
-            result.moved += int(n)
-            result.by_channel[channel] = result.by_channel.get(channel, 0) + int(n)
-            key = error_class or "none"
-            result.by_error_class[key] = result.by_error_class.get(key, 0) + int(n)
+            result.add(channel, error_class, int(n))
         if selection.message_ids:
             found = run_with_retry(engine, lambda c: c.execute(sql.operations.dead_among, params).scalars().all())
             seen = {str(m) for m in found}
@@ -110,12 +93,9 @@ def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = Fals
             if not rows:
                 break
             result.batches += 1
-            result.moved += len(rows)
             for message_id, channel, error_class in rows:
                 seen.add(str(message_id))
-                result.by_channel[channel] = result.by_channel.get(channel, 0) + 1
-                key = error_class or "none"
-                result.by_error_class[key] = result.by_error_class.get(key, 0) + 1
+                result.add(channel, error_class, 1)
             if on_batch is not None:
                 on_batch(len(rows))
     result.not_dead = list(dict.fromkeys(str(m) for m in selection.message_ids if str(m) not in seen))

@@ -11,26 +11,15 @@ from .. import sql
 from ..db import run_with_retry
 from ..models import Channel
 
-#: Email feedback counts per channel (docs/design.md, "SES feedback"): messages with a bounce
-#: or a complaint recorded, dead-lettered as suppressed, waiting after an ambiguous send.
+#: Email feedback counts per channel (docs/design.md, "SES feedback").
 FEEDBACK_COUNTS = ("bounced", "complained", "suppressed", "ambiguous")
-#: `outbox stats` gives the delivery lag of the messages delivered in this window, seconds.
 LAG_WINDOW_SECONDS = 300.0
 
 
 def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECONDS) -> dict[str, Any]:
-    """Counts per channel and status, expired leases, dead in the last hour/day,
-    the keys held back (waiting for a retry of their first message, behind a
-    dead letter), the oldest due pending message's age in seconds, and the delivery lag (ms:
-    count, p50, p99, max) of what was delivered in the last `lag_window_seconds`;
-    all by the database clock.
-
-    Also per channel: `FEEDBACK_COUNTS`. And per channel with latency-mode pollers: how many are live now, and the
-    last window without a poller (its seconds, and how long ago it ended).
-
-    Returns ``{"channels": [{"channel": …, "pending": …, "delivery_lag_ms": {…}, …}], "totals": {…},
-    "pollers": [{"channel": …, "live": …, "last_gap_seconds": …, "last_gap_ended_seconds_ago": …}]}``.
-    """
+    """`outbox stats`: per channel the counts by status, held keys, the oldest due message's
+    age, the recent delivery lag and `FEEDBACK_COUNTS`; their totals; and the live pollers
+    (docs/operating.md). One transaction, by the database clock."""
     with engine.begin() as conn:  # one transaction: a transaction pooler keeps it on one server connection
         rows = [dict(r._mapping) for r in conn.execute(sql.operations.stats)]
         lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
@@ -65,12 +54,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
 
 def delivery_lag_series(engine: Engine, *, window_seconds: float = LAG_WINDOW_SECONDS,
                         buckets: int = 60) -> dict[str, Any]:
-    """The delivery lag of the last `window_seconds` in `buckets` equal slices, oldest
-    first, per channel with a delivery in it (`outbox stats --chart`): each slice's
-    largest lag (ms; None when nothing was delivered in it) and count.
-
-    Returns ``{"bucket_seconds": …, "channels": [{"channel": …, "max_ms": […], "delivered": […]}]}``.
-    """
+    """`outbox stats --chart`: per channel, each of `buckets` slices' largest lag (ms) and count."""
     series: dict[str, dict[str, list[Any]]] = {}
     with engine.connect() as conn:
         for r in conn.execute(sql.operations.delivery_lag_series,
@@ -84,9 +68,7 @@ def delivery_lag_series(engine: Engine, *, window_seconds: float = LAG_WINDOW_SE
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
-    """Backlog of one channel. `pending_depth` counts pending messages, due or
-    deferred (backoff, `deliver_at`); leased ones are in flight and not counted.
-    `oldest_pending_age_seconds` is the age of the oldest due one (0 when none)."""
+    """One channel's backlog: pending messages due or deferred (not leased), the oldest due one's age."""
 
     channel: Channel
     pending_depth: int
@@ -95,8 +77,7 @@ class Backlog:
 
 
 def backlog(engine: Engine, channels: Iterable[Channel] = tuple(Channel)) -> list[Backlog]:
-    """Backlog figures for each of `channels` (every channel by default), in one
-    statement; channels with no rows get zeros."""
+    """Backlog figures of `channels` in one statement; channels without rows get zeros."""
     names = [Channel(c).value for c in channels]
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.backlog, {"channels": names}).fetchall())
     return [Backlog(Channel(ch), int(depth), round(float(age), 3), int(dead)) for ch, depth, age, dead in rows]
