@@ -67,38 +67,20 @@ PURGED = "Purged"
 FEEDBACK_METRICS = ("FeedbackRecorded", "FeedbackDuplicate", "FeedbackUnknownMessage", "FeedbackRefused",
                     "FeedbackSettled", "FeedbackSuppressed", "EmailSent", "EmailBounced", "EmailComplained")
 
-#: Every metric the code emits, with its unit.
+#: Every metric the code emits, with its unit: counts but for these.
 METRIC_UNITS: dict[str, MetricUnit] = {
-    CLAIMED: MetricUnit.Count,
-    DELIVERED: MetricUnit.Count,
-    RETRIED: MetricUnit.Count,
-    DEAD_LETTERED: MetricUnit.Count,
-    RELEASED: MetricUnit.Count,
-    LEASE_LOST: MetricUnit.Count,
-    THROTTLED: MetricUnit.Count,
-    BATCH_STOPPED: MetricUnit.Count,
-    GATE_CLOSED: MetricUnit.Count,
-    BATCH_DURATION: MetricUnit.Milliseconds,
-    OLDEST_PENDING_AGE: MetricUnit.Seconds,
-    DELIVERY_LAG: MetricUnit.Milliseconds,
-    DELIVERY_LAG_MAX: MetricUnit.Milliseconds,
-    SECONDS_WITHOUT_POLLER: MetricUnit.Seconds,
-    SUCCESSOR_NOT_STARTED: MetricUnit.Count,
-    LEASES_TAKEN_OVER: MetricUnit.Count,
-    DATABASE_UNREACHABLE: MetricUnit.Seconds,
-    PENDING_DEPTH: MetricUnit.Count,
-    DEAD_COUNT: MetricUnit.Count,
-    PURGED: MetricUnit.Count,
+    BATCH_DURATION: MetricUnit.Milliseconds, DELIVERY_LAG: MetricUnit.Milliseconds,
+    DELIVERY_LAG_MAX: MetricUnit.Milliseconds, OLDEST_PENDING_AGE: MetricUnit.Seconds,
+    SECONDS_WITHOUT_POLLER: MetricUnit.Seconds, DATABASE_UNREACHABLE: MetricUnit.Seconds,
 }
-METRIC_UNITS.update({name: MetricUnit.Count for name in FEEDBACK_METRICS})
-METRIC_UNITS.update({name: MetricUnit.Count for spec in CHANNELS for name in spec.metrics})
-
+METRIC_UNITS.update(dict.fromkeys(
+    (CLAIMED, DELIVERED, RETRIED, DEAD_LETTERED, RELEASED, LEASE_LOST, THROTTLED, BATCH_STOPPED, GATE_CLOSED,
+     SUCCESSOR_NOT_STARTED, LEASES_TAKEN_OVER, PENDING_DEPTH, DEAD_COUNT, PURGED, *FEEDBACK_METRICS,
+     *(name for spec in CHANNELS for name in spec.metrics)), MetricUnit.Count))
 
 #: The relay summary's message counts (`relay.COUNTERS`) and the metric each one is.
-COUNTER_METRICS = {
-    "claimed": CLAIMED, "delivered": DELIVERED, "retried": RETRIED, "dead": DEAD_LETTERED,
-    "released": RELEASED, "lease_lost": LEASE_LOST, "throttled": THROTTLED,
-}
+COUNTER_METRICS = {"claimed": CLAIMED, "delivered": DELIVERED, "retried": RETRIED, "dead": DEAD_LETTERED,
+                   "released": RELEASED, "lease_lost": LEASE_LOST, "throttled": THROTTLED}
 
 
 def ensure_namespace() -> None:

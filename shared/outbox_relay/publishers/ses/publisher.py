@@ -51,41 +51,27 @@ class SesPublisher(Publisher):
         self.default_configuration_set = default_configuration_set
         self.max_send_rate = max_send_rate
         self.settings = SendSettings(
-            max_concurrency=max(1, int(max_concurrency)),
-            record_group_size=max(1, int(record_group_size)),
-            record_interval_seconds=record_interval_seconds,
-            quota_deferral_seconds=float(quota_deferral_seconds),
-            default_sender_address=address_of(default_sender) if default_sender else None,
-            default_configuration_set=default_configuration_set,
-            settle_seconds=settle_seconds,
-        )
+            max(1, int(max_concurrency)), max(1, int(record_group_size)), record_interval_seconds,
+            float(quota_deferral_seconds), address_of(default_sender) if default_sender else None,
+            default_configuration_set, settle_seconds)
         self.suppression = suppression
         self._share: Callable[[], float] | None = None
         self._clock = clock
         self._rate: float | None = None
         self._quota_left: int | None = None
         self._simple_headers = supports_simple_headers(client)
-        self._begin(None)
+        self.begin(None)
 
-    def _begin(self, deadline: Deadline | None) -> None:
-        self._deadline = deadline
-        self._started = self._clock()
+    def begin(self, deadline: Deadline | None) -> None:
         self._gated_at: float | None = None
         self._gate_reason: str | None = None
         self._limiter: SendRateLimiter | None = None
-
-    def begin(self, deadline: Deadline) -> None:
-        self._begin(deadline)
 
     def share_rate(self, share: Callable[[], float]) -> None:
         self._share = share
 
     def rate_share(self) -> float:
         return 1.0 if self._share is None else self._share()
-
-    @property
-    def max_concurrency(self) -> int:
-        return self.settings.max_concurrency
 
     def gate(self) -> str | None:
         """``GetAccount``: a reason when sending is disabled, the account shut down or the
@@ -146,8 +132,6 @@ class SesPublisher(Publisher):
             return
         if self._limiter is None or self._limiter.full_rate != self.send_rate():
             self._limiter = SendRateLimiter(self.send_rate(), clock=self._clock, share=self.rate_share)
-        if self._deadline is None:
-            self._deadline = deadline
         prepare_one = self.prepare if self.suppression is None else self.suppressing(messages)
         SendBatch(self.client, self.settings, self._limiter, deadline, record, self._clock).run(messages, prepare_one)
 
