@@ -84,15 +84,22 @@ def _refuse_statement_pooling(dbapi_connection: Any, connection_record: Any) -> 
         dbapi_connection.autocommit = False
 
 
-def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
+def read_secret(variable: str, arn: str, *, transform: str | None = None, force_fetch: bool = False) -> Any:
+    """Secret `arn` through Powertools (cached); unreadable, a `ConfigurationError` naming `variable`."""
     from aws_lambda_powertools.utilities import parameters
 
-    assert settings.database_secret_arn is not None
     try:
-        secret: Any = parameters.get_secret(settings.database_secret_arn, transform="json",
-                                            max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force_fetch)
-    except Exception as exc:  # the secret is unreadable: configuration, not data
-        raise ConfigurationError("DATABASE_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
+        value = parameters.get_secret(arn, transform=transform, max_age=SECRET_MAX_AGE_SECONDS,
+                                      force_fetch=force_fetch)
+    except Exception as exc:
+        raise ConfigurationError(variable, f"cannot read the secret ({type(exc).__name__})") from exc
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
+    assert settings.database_secret_arn is not None
+    secret = read_secret("DATABASE_SECRET_ARN", settings.database_secret_arn, transform="json",
+                         force_fetch=force_fetch)
     try:
         return URL.create("postgresql+pg8000", username=secret["username"], password=secret.get("password"),
                           host=secret["host"], port=int(secret.get("port", 5432)),

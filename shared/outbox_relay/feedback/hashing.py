@@ -39,14 +39,10 @@ def address_hasher(settings: Any) -> AddressHasher:
     if settings.ses_address_key:
         variable, key = "OUTBOX_SES_ADDRESS_KEY", settings.ses_address_key
     elif settings.ses_address_key_secret_arn:
-        variable = "OUTBOX_SES_ADDRESS_KEY_SECRET_ARN"
-        from aws_lambda_powertools.utilities import parameters
+        from ..db import read_secret
 
-        try:
-            value = parameters.get_secret(settings.ses_address_key_secret_arn, max_age=300)
-        except Exception as exc:
-            raise ConfigurationError(variable, f"cannot read the secret ({type(exc).__name__})") from exc
-        key = value.decode() if isinstance(value, bytes) else str(value)
+        variable = "OUTBOX_SES_ADDRESS_KEY_SECRET_ARN"
+        key = str(read_secret(variable, settings.ses_address_key_secret_arn))
     else:
         raise ConfigurationError("OUTBOX_SES_ADDRESS_KEY",
                                  "set it or OUTBOX_SES_ADDRESS_KEY_SECRET_ARN: addresses are kept as keyed hashes")

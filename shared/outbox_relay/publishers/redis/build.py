@@ -13,13 +13,9 @@ from .streams import RedisStreamsPublisher
 def redis_url(settings: Any) -> str:
     if settings.redis_url:
         return settings.redis_url
-    from aws_lambda_powertools.utilities import parameters
+    from ...db import read_secret
 
-    try:
-        value = parameters.get_secret(settings.redis_url_secret_arn, max_age=300)
-    except Exception as exc:
-        raise ConfigurationError("REDIS_URL_SECRET_ARN", f"cannot read the secret ({type(exc).__name__})") from exc
-    value = value.decode() if isinstance(value, bytes) else str(value)
+    value = str(read_secret("REDIS_URL_SECRET_ARN", settings.redis_url_secret_arn))
     if not value.startswith(("redis://", "rediss://")):
         raise ConfigurationError("REDIS_URL_SECRET_ARN", "secret must hold a redis:// or rediss:// URL")
     try:
