@@ -263,24 +263,17 @@ class RedisStreamsPublisher(Publisher):
     def _run(self, node: Any, sha: str, argvs: list[tuple[list[Any], bool]]) -> tuple[list[Any], int]:
         """One pipeline: the calls (after ASKING when asked), then WAIT; (replies, replicas acked)."""
         pipe = node.pipeline(transaction=False)
+        at = []  # where each call's reply is, past ASKING's
         for argv, asking in argvs:
             if asking:
                 pipe.execute_command("ASKING")
+            at.append(len(pipe))
             pipe.evalsha(sha, *argv)
         if self.wait_replicas:
             pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
         got = pipe.execute(raise_on_error=False)
-        acked = got.pop() if self.wait_replicas else 0
-        if any(asking for _, asking in argvs):
-            # Drop ASKING's replies: each came just before the reply of its call.
-            it = iter(got)
-            calls_only = []
-            for _, asking in argvs:
-                if asking:
-                    next(it)
-                calls_only.append(next(it))
-            got = calls_only
-        return got, acked if isinstance(acked, int) else 0
+        acked = got[-1] if self.wait_replicas else 0
+        return [got[i] for i in at], acked if isinstance(acked, int) else 0
 
     def _results(self, batch: list[ClaimedMessage], reply: Any) -> list[DeliveryResult]:
         if isinstance(reply, Exception):
