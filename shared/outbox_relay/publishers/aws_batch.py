@@ -17,14 +17,13 @@ from typing import Any, Callable, ClassVar, Sequence
 from ..errors import DownstreamUnavailable, StopBatch
 from ..models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..observability import logger as log
+from .aws_client import GATE_INTERVAL_SECONDS
 from .aws_entries import Entry
 from .aws_errors import ErrorCodes, Verdict, classify_code
 from .base import Deadline, Publisher, RecordResults
 
 #: Completed calls' results wait at most this long before their outcome statement, seconds.
 RECORD_INTERVAL_SECONDS = 1.0
-#: Within one invocation the gate's probe runs again after this many seconds, not before every claim.
-GATE_INTERVAL_SECONDS = 10.0
 
 @dataclass(slots=True)
 class CallResult:

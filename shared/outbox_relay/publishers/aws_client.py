@@ -15,6 +15,8 @@ MIN_READ_TIMEOUT_SECONDS = 1.0
 MAX_READ_TIMEOUT_SECONDS = 15.0
 #: Below this margin a call started just before it could outlive the deadline.
 MIN_DEADLINE_MARGIN_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_TIMEOUT_SECONDS + RECORD_RESERVE_SECONDS
+#: Within one invocation a gate asks the service again after this long, not before every claim.
+GATE_INTERVAL_SECONDS = 10.0
 
 #: Error codes that refuse our credentials or permissions, whatever the service.
 CREDENTIAL_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnrecognizedClientException",

@@ -17,7 +17,7 @@ from ...errors import ConfigurationError, InvalidMessageError
 from ...feedback.hashing import normalise
 from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
-from ..aws_client import client_for
+from ..aws_client import GATE_INTERVAL_SECONDS, client_for
 from ..base import Deadline, Publisher, RecordResults
 from .client import supports_simple_headers
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
@@ -26,8 +26,6 @@ from .requests import Prepared, prepare
 
 #: Rate used when GetAccount reports none (the SES sandbox's MaxSendRate, 1 per second).
 FALLBACK_SEND_RATE = 1.0
-#: Within one invocation, GetAccount is asked again after this many seconds, not before every claim.
-GATE_INTERVAL_SECONDS = 10.0
 _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
