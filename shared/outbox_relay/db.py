@@ -1,9 +1,7 @@
-"""The SQLAlchemy engine, made for Lambda: one small pool per container; every unit of
-work one short transaction (`run_with_retry`), so a pooler in transaction mode keeps a
-statement's protocol messages on one server connection; no pre-ping (a connection that
-died while frozen is retried once); credentials from DATABASE_URL, a secret (fetched
-again when a login fails, as after a rotation) or RDS IAM tokens; TLS per DATABASE_TLS.
-"""
+"""The SQLAlchemy engine, made for Lambda: one small pool per container; each unit of work
+one short transaction, so a transaction pooler keeps its messages on one server connection;
+no pre-ping (a dead connection is retried once); credentials from DATABASE_URL, a secret
+or RDS IAM tokens."""
 
 from __future__ import annotations
 

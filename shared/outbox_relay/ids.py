@@ -1,7 +1,5 @@
-"""Message ids: UUIDv7 with the millisecond's fraction in rand_a (RFC 9562 6.2, method 3),
-as the SQL `outbox_uuidv7()` makes them (docs/decisions/0060). Ids made in sequence in a
-process sort in that order: a clock that did not move on takes the last id's step + 1.
-"""
+"""Message ids: UUIDv7, the millisecond's fraction in rand_a (RFC 9562 6.2, method 3), as
+SQL's `outbox_uuidv7()` makes them (docs/decisions/0060); sorted in the order made."""
 
 from __future__ import annotations
 

@@ -8,12 +8,9 @@ from .models import ClaimedMessage
 
 
 class KeyTurns:
-    """The keys whose messages this invocation did not deliver, so a later batch does not
-    publish past them: a claim may take a key's next messages while its earlier ones are
-    still in flight, not yet recorded. Every undelivered seq is kept (one given back and
-    claimed again must still wait). A claim that began after a failure's write committed
-    saw it, and keeps the key's order itself, so that failure no longer holds it.
-    """
+    """The keys whose messages this invocation did not deliver, so a later batch (claimed while
+    they were in flight) does not publish past them. A claim that began after a failure's
+    write committed saw it and keeps the key's order itself."""
 
     def __init__(self, *, skip_dead: bool = True) -> None:
         # Under skip a dead letter no longer holds its key; under block it does until redriven.

@@ -1,7 +1,5 @@
-"""W3C trace context through the outbox (docs/channels.md, "Trace context"): stored at
-enqueue from OpenTelemetry or else the Lambda X-Ray header, linked from the relay's
-batch span, carried on by each publisher. OpenTelemetry is optional.
-"""
+"""W3C trace context through the outbox (docs/channels.md, "Trace context"), from
+OpenTelemetry (optional) or the Lambda X-Ray header."""
 
 from __future__ import annotations
 

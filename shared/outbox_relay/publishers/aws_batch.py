@@ -1,11 +1,6 @@
-"""What the AWS batch channels (SQS, SNS, EventBridge) share: a cheap gate, batch
-calls of at most 10 entries and 256 KiB run a few at a time, each entry classified by
-its own error code (docs/channels.md, "SQS, SNS and EventBridge").
-
-Per-key order: a round carries at most one message of each key, the next one goes in
-a later round once it was delivered, and after a failure the rest of the key is not
-attempted. A channel supplies `entry`, `call`, `probe` and its `codes`.
-"""
+"""What the AWS batch channels share (docs/channels.md, "SQS, SNS and EventBridge"): a
+cheap gate, batch calls run a few at a time, each entry classified by its error code.
+A round carries one message per key; the next goes once it was delivered."""
 
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ from .aws_entries import Entry
 from .aws_errors import ErrorCodes, Verdict, classify_code
 from .base import Deadline, Publisher, RecordResults
 
-#: Completed calls' results wait at most this long before their outcome statement, seconds.
+#: Completed calls' results wait at most this long to be recorded, seconds.
 RECORD_INTERVAL_SECONDS = 1.0
 
 @dataclass(slots=True)
@@ -93,8 +88,7 @@ class AwsBatchPublisher(Publisher):
             return
         pending: list[Entry] = []
         refused: list[DeliveryResult] = []
-        # A message refused before sending holds back only what follows it in its key:
-        # the key's earlier messages are still sent, in their rounds.
+        # A message refused before sending holds back only what follows it in its key.
         behind_refused: set[tuple[str, str]] = set()
         for m in messages:
             k = None if m.key is None else (m.destination, m.key)

@@ -1,8 +1,5 @@
-"""Amazon EventBridge publisher: ``PutEvents`` (docs/channels.md, "EventBridge").
-
-An event's detail is the payload with `outbox-message-id` added (EventBridge does not
-deduplicate); a bus or source the message chose and EventBridge refuses fails that
-message only."""
+"""Amazon EventBridge publisher: ``PutEvents`` (docs/channels.md, "EventBridge"); a bus or
+source the message chose and EventBridge refuses fails that message only."""
 
 from __future__ import annotations
 

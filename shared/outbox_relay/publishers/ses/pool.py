@@ -1,8 +1,6 @@
-"""The sending pool: one batch's paced, concurrent ``SendEmail`` calls, outcomes
-recorded in small groups (a crash re-sends at most one group plus the sends in
-flight). A key's messages go one at a time, in order. Threads only send and
-classify; the calling thread records, so `record` never runs on two threads.
-"""
+"""One batch's paced, concurrent ``SendEmail`` calls, recorded in small groups (a crash
+re-sends at most one group and what was in flight); a key's messages go one at a time.
+Threads only send and classify; the calling thread records."""
 
 from __future__ import annotations
 
@@ -110,12 +108,9 @@ class SendBatch:
             self.failure = exc
 
     def absorb(self, done: set[Future]) -> None:
-        for fut in done:
-            if fut in self._absorbed:
-                continue
+        for fut in done - self._absorbed:
             self._absorbed.add(fut)
-            attempt: Attempt = fut.result()  # the worker never raises
-            self._absorb(attempt)
+            self._absorb(fut.result())  # the worker never raises
 
     def _absorb(self, attempt: Attempt) -> None:
         self._key_done(attempt.seq, attempt.verdict is Verdict.DELIVERED)

@@ -1,9 +1,6 @@
-"""Amazon SES v2 publisher: a ``GetAccount`` gate, then ``SendEmail`` calls paced by the
-account's MaxSendRate (`rate`), sent concurrently (`pool`), each error classified by
-whose fault it is (`errors`). One limiter serves every batch of an invocation, and a
-latency-mode poller paces at its share of the rate (`share_rate`), so pollers that
-overlap at a handover never exceed it together.
-"""
+"""Amazon SES v2 publisher: a ``GetAccount`` gate, then ``SendEmail`` paced by MaxSendRate
+across an invocation's batches, at each poller's share of it so overlapping pollers
+never exceed it together."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
 from .requests import Prepared, prepare
 
-#: Rate used when GetAccount reports none (the SES sandbox's MaxSendRate, 1 per second).
+#: Rate used when GetAccount reports none (the SES sandbox's).
 FALLBACK_SEND_RATE = 1.0
 _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
