@@ -121,9 +121,7 @@ def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
         headers = json.loads(headers_json)
     except ValueError:
         return None, None
-    if not isinstance(headers, dict):
-        return None, None
-    traceparent = headers.get(TRACEPARENT)
+    traceparent = headers.get(TRACEPARENT) if isinstance(headers, dict) else None
     if parse_traceparent(traceparent) is None:
         return None, None
     state = headers.get(TRACESTATE)
@@ -145,9 +143,8 @@ def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
         return nullcontext()
     messages = list(messages)
     links = []
-    destinations = set()
+    destinations = {m.destination for m in messages}
     for m in messages:
-        destinations.add(m.destination)
         traceparent, state = context_of(m.headers_json)
         if traceparent is None:
             continue
@@ -156,12 +153,8 @@ def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
                                 trace_state=trace.TraceState.from_header([state]) if state else None)
         links.append(trace.Link(ctx, {"messaging.message.id": m.message_id}))
     destination = next(iter(destinations)) if len(destinations) == 1 else None
-    attributes: dict[str, Any] = {
-        "messaging.system": _SYSTEMS.get(channel, channel),
-        "messaging.operation.type": "send",
-        "messaging.operation.name": "send",
-        "messaging.batch.message_count": len(messages),
-    }
+    attributes: dict[str, Any] = {"messaging.system": _SYSTEMS.get(channel, channel), "messaging.operation.type": "send",
+                                  "messaging.operation.name": "send", "messaging.batch.message_count": len(messages)}
     if destination is not None:
         attributes["messaging.destination.name"] = destination
     tracer = trace.get_tracer("outbox_relay")
