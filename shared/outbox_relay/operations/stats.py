@@ -13,6 +13,7 @@ from ..models import Channel
 
 #: Email feedback counts per channel (docs/design.md, "SES feedback").
 FEEDBACK_COUNTS = ("bounced", "complained", "suppressed", "ambiguous")
+HELD_COUNTS = ("keys_waiting_for_retry", "keys_behind_dead_letter")
 LAG_WINDOW_SECONDS = 300.0
 
 
@@ -33,21 +34,16 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
                    for r in conn.execute(sql.operations.pollers)]
     for r in rows:
         r["oldest_pending_age_seconds"] = round(float(r["oldest_pending_age_seconds"]), 3)
-        keys = held.get(r["channel"])
-        r["keys_waiting_for_retry"] = int(keys.keys_waiting_for_retry) if keys else 0
-        r["keys_behind_dead_letter"] = int(keys.keys_behind_dead_letter) if keys else 0
-        fb = feedback.get(r["channel"])
-        for key in FEEDBACK_COUNTS:
-            r[key] = int(getattr(fb, key)) if fb else 0
+        for source, names in ((held.get(r["channel"]), HELD_COUNTS), (feedback.get(r["channel"]), FEEDBACK_COUNTS)):
+            for key in names:
+                r[key] = int(getattr(source, key)) if source else 0
         lag = lags.get(r["channel"])
         r["delivery_lag_ms"] = {"window_seconds": lag_window_seconds, "delivered": lag.delivered if lag else 0,
                                 **{k: (round(float(getattr(lag, k)), 1) if lag is not None else None)
                                    for k in ("p50", "p99", "max")}}
-    totals: dict[str, Any] = {}
-    for key in ("pending", "due_now", "leased", "expired_leases", "delivered", "dead", "discarded",
-                "dead_last_hour", "dead_last_day", "keys_waiting_for_retry", "keys_behind_dead_letter",
-                *FEEDBACK_COUNTS):
-        totals[key] = sum(r[key] for r in rows)
+    totals: dict[str, Any] = {key: sum(r[key] for r in rows) for key in (
+        "pending", "due_now", "leased", "expired_leases", "delivered", "dead", "discarded", "dead_last_hour",
+        "dead_last_day", *HELD_COUNTS, *FEEDBACK_COUNTS)}
     totals["oldest_pending_age_seconds"] = max((r["oldest_pending_age_seconds"] for r in rows), default=0.0)
     return {"channels": rows, "totals": totals, "pollers": pollers}
 
