@@ -72,9 +72,7 @@ class Publisher(ABC):
     """A channel's delivery side; the contract is the module's docstring."""
 
     channel: ClassVar[Channel]
-    #: The relay may claim the next batch while this one is delivered.
     pipelined: ClassVar[bool] = False
-    #: Its rate is one for the whole channel, shared by the pollers of a handover (`share_rate`).
     rate_shared: ClassVar[bool] = False
 
     @property
