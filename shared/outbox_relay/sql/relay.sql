@@ -70,7 +70,7 @@ WITH expired AS (
            delivery_ref
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
-     ORDER BY lease_expires_at
+     ORDER BY lease_expires_at, seq
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
 ), landed AS (
