@@ -64,6 +64,7 @@ class SdkEnvironment(BaseSettings):
     aws_endpoint_url_sqs: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
     aws_endpoint_url_sns: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
     aws_endpoint_url_eventbridge: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
+    aws_endpoint_url_kinesis: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_KINESIS")
 
     @property
     def region(self) -> str | None:
@@ -107,7 +108,7 @@ class SdkEnvironment(BaseSettings):
         return v
 
     @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2", "aws_endpoint_url_sqs", "aws_endpoint_url_sns",
-                     "aws_endpoint_url_eventbridge")
+                     "aws_endpoint_url_eventbridge", "aws_endpoint_url_kinesis")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
         from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url

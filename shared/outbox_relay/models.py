@@ -17,6 +17,7 @@ class Channel(str, enum.Enum):
     SQS = "sqs"  # a message, SendMessageBatch to the relay's Amazon SQS queue
     SNS = "sns"  # a message, PublishBatch to the relay's Amazon SNS topic
     EVENTBRIDGE = "eventbridge"  # an event, PutEvents to an Amazon EventBridge bus
+    KINESIS = "kinesis"  # a record, PutRecords to the relay's Amazon Kinesis data stream
 
 
 class Mode(str, enum.Enum):

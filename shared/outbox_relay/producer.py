@@ -20,6 +20,7 @@ from .aws_enqueue import enqueue_eventbridge, enqueue_sns, enqueue_sqs
 from .email.enqueue import email_row, enqueue_email
 from .errors import InvalidMessageError
 from .events import event_row
+from .publishers.kinesis.enqueue import enqueue_kinesis
 from .tracing import with_context
 from .write import _ID_TAKEN, _check_registered, check_conn, insert_message
 
@@ -231,4 +232,4 @@ def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
 
 
 __all__ = ["BULK_CHUNK", "BULK_CHUNK_BYTES", "check_conn", "email_row", "enqueue_email", "enqueue_event",
-           "enqueue_eventbridge", "enqueue_events_bulk", "enqueue_sns", "enqueue_sqs", "insert_message"]
+           "enqueue_eventbridge", "enqueue_events_bulk", "enqueue_kinesis", "enqueue_sns", "enqueue_sqs", "insert_message"]

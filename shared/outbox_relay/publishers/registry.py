@@ -6,10 +6,11 @@ template tests read it; a channel not listed here does not exist
 from __future__ import annotations
 
 from ..models import Channel
-from . import eventbridge, redis, ses, sns, sqs
+from . import eventbridge, kinesis, redis, ses, sns, sqs
 from .spec import ChannelSpec
 
-CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC)
+CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC,
+                                         kinesis.SPEC)
 
 _BY_CHANNEL = {spec.channel: spec for spec in CHANNELS}
 

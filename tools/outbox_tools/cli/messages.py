@@ -1,5 +1,5 @@
-"""`outbox enqueue-event`, `enqueue-email`, `enqueue-sqs`, `enqueue-sns` and
-`enqueue-eventbridge`: write one message, in its own transaction, through the producer API, and print its message id."""
+"""`outbox enqueue-event`, `enqueue-email`, `enqueue-sqs`, `enqueue-sns`,
+`enqueue-eventbridge` and `enqueue-kinesis`: write one message, in its own transaction, through the producer API, and print its message id."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ import click
 
 from outbox_relay.email.mime import MAX_MESSAGE_BYTES
 from outbox_relay.errors import InvalidMessageError
-from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from outbox_relay.producer import (
+    enqueue_email,
+    enqueue_event,
+    enqueue_eventbridge,
+    enqueue_kinesis,
+    enqueue_sns,
+    enqueue_sqs,
+)
 
 from . import common
 
@@ -127,6 +134,17 @@ def enqueue_eventbridge_cmd(type_: str, payload: str, key: str | None, message_i
                                        "bus": bus})
 
 
+@click.command("enqueue-kinesis")
+@_aws_options
+@click.option("--header", "headers", multiple=True, help="A header of the record, name=value (repeatable).")
+def enqueue_kinesis_cmd(type_: str, payload: str, key: str | None, message_id: str | None, deliver_at: str | None,
+                        max_attempts: int | None, headers: tuple[str, ...]) -> None:
+    """Enqueue one record for the Kinesis relay's stream (the key is its partition key) and print its message id."""
+    _enqueue_aws(enqueue_kinesis, {"type": type_, "payload": payload, "key": key, "message_id": message_id,
+                                   "deliver_at": deliver_at, "max_attempts": max_attempts,
+                                   "headers": _headers(headers)})
+
+
 def _deliver_at(value: str | None) -> datetime | None:
     if value is None:
         return None
@@ -220,4 +238,4 @@ def enqueue_email_cmd(to: tuple[str, ...], cc: tuple[str, ...], bcc: tuple[str, 
 #: Each channel's enqueue command, by the name its spec (`ChannelSpec.enqueue_command`) gives.
 ENQUEUE_COMMANDS: dict[str, click.Command] = {
     c.name: c for c in (enqueue_event_cmd, enqueue_email_cmd, enqueue_sqs_cmd, enqueue_sns_cmd,
-                        enqueue_eventbridge_cmd) if c.name}
+                        enqueue_eventbridge_cmd, enqueue_kinesis_cmd) if c.name}
