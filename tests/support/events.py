@@ -12,7 +12,14 @@ from typing import Any
 from sqlalchemy import text
 
 from outbox_relay import observability as obs
-from outbox_relay.producer import enqueue_email, enqueue_eventbridge, enqueue_events_bulk, enqueue_sns, enqueue_sqs
+from outbox_relay.producer import (
+    enqueue_email,
+    enqueue_eventbridge,
+    enqueue_events_bulk,
+    enqueue_kinesis,
+    enqueue_sns,
+    enqueue_sqs,
+)
 from outbox_relay.publishers.registry import CHANNELS
 from support.rows import insert_rows
 from support.template import ROOT, TemplateModel
@@ -79,13 +86,14 @@ def assert_emf_matches_the_template(documents: list[dict[str, Any]], channel: st
 
 def seed(channel: str, app_engine, redis_prefix: str, n: int = 3) -> str:
     """Enqueue `n` messages for `channel`; returns the stream (redis), the recipient domain (ses),
-    or the channel (sqs, sns, eventbridge: payload {"n": i}, type order.placed)."""
+    or the channel (sqs, sns, eventbridge, kinesis: payload {"n": i}, type order.placed)."""
     with app_engine.begin() as conn:
         if channel == "redis":
             stream = redis_prefix + "events"
             enqueue_events_bulk(conn, [dict(stream=stream, type="order.placed", payload={"n": i}) for i in range(n)])
             return stream
-        aws = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge}.get(channel)
+        aws = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge,
+               "kinesis": enqueue_kinesis}.get(channel)
         if aws is not None:
             for i in range(n):
                 aws(conn, type="order.placed", payload={"n": i})
