@@ -447,7 +447,8 @@ class KinesisHarness(_AwsHarness):
         return StreamReader(kinesis, self.stream)
 
     def settings(self) -> dict[str, Any]:
-        return {"kinesis_stream": self.stream}
+        # One call at a time: moto numbers a shard's records unlocked, so concurrent puts can overwrite.
+        return {"kinesis_stream": self.stream, "kinesis_max_concurrency": 1}
 
     def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
         return enqueue_kinesis(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
