@@ -1,6 +1,6 @@
 """The Kinesis relay against moto's server and the real PostgreSQL: what the stream
 recorded (read back with GetRecords), per shard and per key; per-key order across a
-partial failure; calls within PutRecords' limits, which moto does not enforce."""
+partial failure; calls within PutRecords' limits (moto refuses a call over them too)."""
 
 from __future__ import annotations
 
