@@ -178,12 +178,13 @@ def aws_recorded(root: Path, endpoint_url: str, region: str = "us-east-1") -> di
     stream = _kinesis_stream(root)
     if stream:
         kinesis = _aws_client("kinesis", endpoint_url, region)
-        held = 0
-        for shard in kinesis.list_shards(StreamARN=stream)["Shards"]:
-            it = kinesis.get_shard_iterator(StreamARN=stream, ShardId=shard["ShardId"],
+        name, held = stream.rsplit("/", 1)[-1], 0
+        # By name: moto's shard iterators name their stream, and one got by ARN names none.
+        for shard in kinesis.list_shards(StreamName=name)["Shards"]:
+            it = kinesis.get_shard_iterator(StreamName=name, ShardId=shard["ShardId"],
                                             ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
             held += len(kinesis.get_records(ShardIterator=it, Limit=10000)["Records"])
-        notes["RelayKinesisFunction"] = f"Kinesis (moto) holds {held} record(s) in {stream.rsplit('/', 1)[-1]}"
+        notes["RelayKinesisFunction"] = f"Kinesis (moto) holds {held} record(s) in {name}"
     return notes
 
 
