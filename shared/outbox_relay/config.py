@@ -164,6 +164,12 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
     poller_ttl_seconds: float = Field(default=5.0, ge=1, le=60, allow_inf_nan=False)
     """Latency mode: a poller's registration expires this long after its last heartbeat
     (it renews five times as often); then it counts as dead and its leases are taken over, seconds."""
+    pollers: int = Field(default=1, ge=1, le=50)
+    """Latency mode: pollers of the channel kept at once, each with its own successor."""
+    pollers_max: int | None = Field(default=None, ge=1, le=50)
+    """Latency mode: pollers while the backlog is old, up to this many (default OUTBOX_POLLERS)."""
+    pollers_add_age_seconds: float = Field(default=1.0, ge=0.1, le=3600, allow_inf_nan=False)
+    """Latency mode: a poller is added while the oldest due message is older than this, seconds."""
     successor_lead_seconds: float = Field(default=15.0, ge=1, le=450, allow_inf_nan=False)
     """Latency mode: a poller with no newer one starts its successor this long before its deadline, seconds."""
     self_invoke: bool = True
@@ -208,7 +214,7 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
         # Strict numbers (decision 0057): pydantic would read "5.0" and " 5 " as 5, and "5_0" as 50.
         if isinstance(v, str):
             annotation = cls.model_fields[info.field_name].annotation
-            if annotation is int and not _INT.fullmatch(v):
+            if annotation in (int, int | None) and not _INT.fullmatch(v):
                 raise ValueError("must be a valid integer, written in digits alone (e.g. 500)")
             if annotation in (float, float | None) and (v != v.strip() or "_" in v):
                 raise ValueError("must be a number without spaces or underscores, e.g. 2.5")
@@ -247,6 +253,8 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
         if polls and self.poller_ttl_seconds >= self.lease_seconds:
             raise ValueError(f"OUTBOX_POLLER_TTL_SECONDS ({self.poller_ttl_seconds:g}s) must be shorter than "
                              f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s)")
+        if polls and (self.pollers_max or self.pollers) < self.pollers:
+            raise ValueError(f"OUTBOX_POLLERS_MAX ({self.pollers_max}) must be at least OUTBOX_POLLERS ({self.pollers})")
         if self.poll_max_interval_seconds < self.poll_interval_seconds:
             raise ValueError("OUTBOX_POLL_MAX_INTERVAL_SECONDS must be >= OUTBOX_POLL_INTERVAL_SECONDS")
         if self.backoff_cap_seconds < self.backoff_base_seconds:
@@ -278,7 +286,7 @@ class MaintenanceSettings(Settings):
 
 _RELATION_VARS = (
     "OUTBOX_SUCCESSOR_LEAD_SECONDS", "OUTBOX_POLLER_TTL_SECONDS", "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
-    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "DATABASE_URL",
+    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "OUTBOX_POLLERS_MAX", "DATABASE_URL",
     *(var for spec in CHANNELS for var in spec.relation_variables),
 )
 

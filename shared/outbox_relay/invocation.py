@@ -12,7 +12,7 @@ from . import observability as obs
 from .errors import ConfigurationError, InvalidEventError
 from .loop import NO_TIME, RelayLoop
 from .models import Channel, Mode
-from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread
+from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread, Pollers
 from .publishers.base import Deadline
 from .runtime import Dependencies
 from .schedule import ScheduledEvent
@@ -29,6 +29,8 @@ class ScheduleEvent(ScheduledEvent):
     #: A latency-mode poller that started this invocation as its successor (its lease token), and why.
     predecessor: str | None = Field(default=None, max_length=200)
     reason: str | None = None
+    #: Its slot among the channel's pollers (a successor takes its predecessor's).
+    slot: int | None = Field(default=None, ge=0, le=99)
 
 
 def check_timeout(deps: Dependencies, context: Any) -> None:
@@ -88,19 +90,22 @@ class MetricsWindow:
             obs.emit(obs.DELIVERY_LAG, value)
 
 
-def _run_poller(deps: Dependencies, deadline: Deadline, owner: str,
-                window: MetricsWindow) -> tuple[Summary, Handover]:
+def _run_poller(deps: Dependencies, deadline: Deadline, owner: str, window: MetricsWindow,
+                slot: int | None) -> tuple[Summary, Handover]:
     """A latency-mode invocation as a poller of the handover (`pollers`): registered,
     renewed by a heartbeat, gone when a newer poller polls, its successor started
     near its deadline or on an early end."""
     settings = deps.settings
     handover = Handover(deps.pollers, owner, settings.channel, deadline,
                         lead_seconds=settings.effective_successor_lead_seconds,
-                        start_successor=deps.start_successor, rate_shared=deps.publisher.rate_shared)
+                        start_successor=deps.start_successor, rate_shared=deps.publisher.rate_shared,
+                        slot=slot, pollers=Pollers(settings.pollers, settings.pollers_max or settings.pollers,
+                                                            settings.pollers_add_age_seconds))
     handover.start()
     deps.publisher.share_rate(handover.rate_share)
 
     def progress(summary: Summary) -> None:
+        handover.observe(summary)
         handover.emit_metrics()
         window.maybe_flush(summary)
 
@@ -138,7 +143,7 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     window = MetricsWindow(channel, deps.settings.metrics_interval_seconds)
 
     if deps.policy.mode is Mode.LATENCY and deps.pollers is not None:
-        summary, handover = _run_poller(deps, deadline, owner, window)
+        summary, handover = _run_poller(deps, deadline, owner, window, parsed.slot)
     else:
         summary, handover = RelayLoop(deps.store, deps.publisher, deps.policy, deadline, owner,
                                            on_progress=window.maybe_flush).run(), None

@@ -53,7 +53,9 @@ BATCH_DURATION = "BatchDuration"
 OLDEST_PENDING_AGE = "OldestPendingAge"
 DELIVERY_LAG = "DeliveryLag"
 DELIVERY_LAG_MAX = "DeliveryLagMax"
-# Latency mode's poller handover, and seconds PostgreSQL could not be reached.
+# Latency mode's poller handover (the live pollers as one saw them), and seconds
+# PostgreSQL could not be reached.
+POLLERS = "Pollers"
 SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
 SUCCESSOR_NOT_STARTED = "SuccessorNotStarted"
 LEASES_TAKEN_OVER = "LeasesTakenOver"
@@ -75,7 +77,7 @@ METRIC_UNITS: dict[str, MetricUnit] = {
 }
 METRIC_UNITS.update(dict.fromkeys(
     (CLAIMED, DELIVERED, RETRIED, DEAD_LETTERED, RELEASED, LEASE_LOST, THROTTLED, BATCH_STOPPED, GATE_CLOSED,
-     SUCCESSOR_NOT_STARTED, LEASES_TAKEN_OVER, PENDING_DEPTH, DEAD_COUNT, PURGED, *FEEDBACK_METRICS,
+     POLLERS, SUCCESSOR_NOT_STARTED, LEASES_TAKEN_OVER, PENDING_DEPTH, DEAD_COUNT, PURGED, *FEEDBACK_METRICS,
      *(name for spec in CHANNELS for name in spec.metrics)), MetricUnit.Count))
 
 #: The relay summary's message counts (`relay.COUNTERS`) and the metric each one is.

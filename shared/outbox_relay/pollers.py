@@ -4,9 +4,9 @@ A latency-mode invocation is a poller. It registers in `outbox_poller` when it
 starts and renews the registration from a heartbeat thread about five times per
 registration time-to-live. From each renewal it learns:
 
-- a newer poller of its channel is live: it leaves (stops claiming and starting
+- a newer poller of its slot is live: it leaves (stops claiming and starting
   deliveries, finishes what is in flight, returns). The newest poller is the one
-  that stays, so the cost is about one poller at a time;
+  that stays, so the cost is about one poller per slot at a time;
 - a registration expired (its poller died: killed, out of memory, timed out): its
   leases are taken over at once instead of when they expire;
 - older live pollers have not renewed since it registered (they may not know of
@@ -14,7 +14,11 @@ registration time-to-live. From each renewal it learns:
 
 Near its deadline with no newer poller, it starts its successor itself (at most
 once, refused by the registry when a newer poller is live); so does a poller that
-ends early on an error. A poller that cannot start one says so (metric, log) and
+ends early on an error. A channel keeps `Pollers.count` slots, each a chain of
+pollers (a successor takes its predecessor's slot); while the backlog's oldest due
+message is older than `Pollers.add_age_seconds`, a poller asks for one more slot
+(up to `Pollers.max`); a poller of an added slot leaves when half its claims find
+nothing, and starts a successor only while the backlog is old. A poller that cannot start one says so (metric, log) and
 goes on. Times that are compared live in PostgreSQL, on its clock; the heartbeat's
 schedule and the deadline are durations on this process's monotonic clock.
 """
@@ -37,6 +41,19 @@ from .publishers.base import Deadline
 #: Heartbeats per registration time-to-live: a renewal that fails now and then
 #: (a slow statement, a dropped connection) does not let the registration expire.
 BEATS_PER_TTL = 5
+#: At most one poller is added per channel this often: the added one's work shows
+#: in the backlog's age before another is asked for.
+ADD_COOLDOWN_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pollers:
+    """How many pollers a channel keeps (OUTBOX_POLLERS), up to how many while its
+    backlog's oldest due message is older than `add_age_seconds` (OUTBOX_POLLERS_MAX)."""
+
+    count: int = 1
+    max: int = 1
+    add_age_seconds: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +72,8 @@ class Renewal:
 class Registry(Protocol):
     """The registry statements a poller runs (tests pass a model of them)."""
 
-    def register(self, owner: str, deadline_seconds: float) -> tuple[float | None, int]:
-        """Register; (seconds without a poller before it or None, other live pollers)."""
+    def register(self, owner: str, deadline_seconds: float, slot: int | None) -> tuple[float | None, int, int]:
+        """Register; (seconds without a poller before it or None, other live pollers, its slot)."""
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal: ...
 
@@ -65,22 +82,26 @@ class Registry(Protocol):
 
     def request_successor(self, owner: str, lead_seconds: float) -> bool: ...
 
+    def add(self, owner: str, max_slots: int, lead_seconds: float) -> int | None:
+        """Ask for a poller in a free slot; the slot, or None when refused."""
+
     def leave(self, owner: str) -> None: ...
 
 
 class PollerRegistry:
     """`Registry` on PostgreSQL: one statement each (`sql/relay.sql`)."""
 
-    def __init__(self, engine: Engine, channel: Channel, ttl_seconds: float) -> None:
+    def __init__(self, engine: Engine, channel: Channel, ttl_seconds: float, slots: int = 1) -> None:
         self.engine, self.channel, self.ttl_seconds = engine, Channel(channel), float(ttl_seconds)
+        self.slots = int(slots)
 
     def _params(self, **more: Any) -> dict[str, Any]:
         return {"channel": self.channel.value, "ttl_seconds": self.ttl_seconds, **more}
 
-    def register(self, owner: str, deadline_seconds: float) -> tuple[float | None, int]:
-        gap, live = run_with_retry(self.engine, lambda c: c.execute(
-            sql.relay.register_poller, self._params(owner=owner, deadline_seconds=float(deadline_seconds))).one())
-        return (None if gap is None else float(gap)), int(live)
+    def register(self, owner: str, deadline_seconds: float, slot: int | None = None) -> tuple[float | None, int, int]:
+        gap, live, slot = run_with_retry(self.engine, lambda c: c.execute(sql.relay.register_poller, self._params(
+            owner=owner, deadline_seconds=float(deadline_seconds), slot=slot, slots=self.slots)).one())
+        return (None if gap is None else float(gap)), int(live), int(slot)
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal:
         at, registered, newer, others, unaware, expired = run_with_retry(self.engine, lambda c: c.execute(
@@ -95,6 +116,11 @@ class PollerRegistry:
     def request_successor(self, owner: str, lead_seconds: float) -> bool:
         return run_with_retry(self.engine, lambda c: c.execute(
             sql.relay.request_successor, {"owner": owner, "lead_seconds": float(lead_seconds)}).first()) is not None
+
+    def add(self, owner: str, max_slots: int, lead_seconds: float) -> int | None:
+        return run_with_retry(self.engine, lambda c: c.execute(sql.relay.add_poller, self._params(
+            owner=owner, max_slots=int(max_slots), lead_seconds=float(lead_seconds),
+            cooldown_seconds=ADD_COOLDOWN_SECONDS)).scalar())
 
     def leave(self, owner: str) -> None:
         run_with_retry(self.engine, lambda c: c.execute(sql.relay.leave_poller, {"owner": owner}))
@@ -121,11 +147,13 @@ class Handover:
             while older pollers may not have seen it, and paces at its share.
         background: the heartbeat starts the successor on a thread of its own (tests
             on a fake clock pass False: at once, in the heartbeat's call).
+        slot: the slot it was started for (a successor's, an added one's), else None.
+        pollers: how many pollers the channel keeps, and adds while its backlog is old.
     """
 
     def __init__(self, registry: Registry, owner: str, channel: Channel, deadline: Deadline, *,
                  lead_seconds: float, start_successor: StartSuccessor | None, rate_shared: bool = False,
-                 background: bool = True) -> None:
+                 background: bool = True, slot: int | None = None, pollers: Pollers = Pollers()) -> None:
         self.registry, self.owner, self.channel = registry, owner, Channel(channel)
         self.outer = deadline
         self.lead_seconds = float(lead_seconds)
@@ -133,6 +161,10 @@ class Handover:
         self.rate_shared = rate_shared
         self.background = background
         self.leaving = False
+        self.shed = False
+        self.slot, self.pollers = slot, pollers
+        #: What the loop last showed (`observe`): the backlog's age, claims, claims that found rows.
+        self._age, self._claims, self._found, self._window = 0.0, 0, 0, (0, 0)
         self.registered = False
         self.gap_seconds: float | None = None
         self.others = 0
@@ -166,13 +198,14 @@ class Handover:
         """Register, then renew once: the renewal's time is the reference for older
         pollers' awareness. While PostgreSQL cannot be reached, try again with a
         capped backoff until the deadline (then raise: nothing was claimed)."""
-        def register() -> tuple[float | None, int]:
+        def register() -> tuple[float | None, int, int]:
             self._started_left = self.outer.seconds_left()
-            return self.registry.register(self.owner, self._started_left)
+            return self.registry.register(self.owner, self._started_left, self.slot)
 
-        self.gap_seconds, self.others = retry_while_unreachable(register, time_left=self.outer.seconds_left,
-                                                                sleep=sleep)
+        self.gap_seconds, self.others, self.slot = retry_while_unreachable(
+            register, time_left=self.outer.seconds_left, sleep=sleep)
         self.registered = True
+        self._metric(obs.POLLERS, 1 + self.others)
         self.older_unaware = self.others
         if self.gap_seconds is not None:
             self._metric(obs.SECONDS_WITHOUT_POLLER, self.gap_seconds)
@@ -188,6 +221,8 @@ class Handover:
                 # The first renewal is the reference: an older poller that renews after
                 # it began has seen this registration (it had committed before).
                 self._aware_after, unaware = renewal.at, renewal.others
+            if renewal.others != self.others:
+                self._metric(obs.POLLERS, 1 + renewal.others)
             self.others, self.older_unaware = renewal.others, unaware
             if not renewal.registered and not self.leaving:
                 # Another poller found this registration expired and took its leases
@@ -206,38 +241,75 @@ class Handover:
                     self._metric(obs.LEASES_TAKEN_OVER, messages)
                     obs.logger.warning("took over the leases of pollers whose registration expired",
                                        extra={"pollers": pollers, "messages": messages})
+            if not self.leaving and self.pollers.max > self.pollers.count:
+                self.scale()
             if not self.leaving and self.outer.seconds_left() <= self.lead_seconds:
                 self.hand_over("deadline", background=True)
         except Exception as exc:
             obs.logger.warning("poller heartbeat failed", extra={"error_type": type(exc).__name__})
 
+    def observe(self, summary: Any) -> None:
+        """Note what the loop's summary says (called after each claim): the backlog's
+        oldest due age (0 while the last claim found nothing), claims, claims with rows."""
+        self._claims, self._found = summary.polls, summary.batches
+        self._age = (summary.oldest_pending_age_seconds or 0.0) if summary.last_claim_found else 0.0
+
+    def backlog_old(self) -> bool:
+        return self._age > self.pollers.add_age_seconds
+
+    def scale(self) -> None:
+        """While the backlog is old, ask for a poller in a free slot (the registry
+        allows one add per channel at a time) and start it. A poller of an added
+        slot whose claims found nothing in half of them since the last beat leaves."""
+        claims, found = self._claims - self._window[0], self._found - self._window[1]
+        self._window = (self._claims, self._found)
+        if self.backlog_old():
+            slot = self.registry.add(self.owner, self.pollers.max, self.lead_seconds)
+            if slot is not None:
+                self._invoke("backlog", slot, background=True)
+        elif self.slot is not None and self.slot >= self.pollers.count and claims >= 2 and found * 2 <= claims:
+            self.leaving = self.shed = True
+            obs.logger.info("leaving: an added poller that finds nothing to do", extra={"slot": self.slot})
+
     def hand_over(self, reason: str, *, background: bool = False) -> None:
-        """Start a successor unless one was started or a newer poller is live. With
+        """Start a successor unless one was started or a newer poller is live, or
+        this poller holds an added slot and the backlog is not old. With
         `background`, the invoke runs on a thread of its own (a slow API call must
         not hold up the heartbeat); `finish` waits for it."""
         with self._lock:
             if self.successor is not None or self.start_successor is None or not self.registered:
                 return
+            if self.slot is not None and self.slot >= self.pollers.count and not self.backlog_old():
+                self.successor = "not_needed"
+                return
             if not self.registry.request_successor(self.owner, self.lead_seconds):
                 self.successor = "refused"
                 return
             self.successor = "requested"
+        self._invoke(reason, self.slot, background=background)
+
+    def _invoke(self, reason: str, slot: int | None, *, background: bool) -> None:
+        if self.start_successor is None:
+            return
         if background and self.background:
-            self._starting = threading.Thread(target=self._start, args=(reason,), name="outbox-successor",
+            self._starting = threading.Thread(target=self._start, args=(reason, slot), name="outbox-successor",
                                               daemon=True)
             self._starting.start()
         else:
-            self._start(reason)
+            self._start(reason, slot)
 
-    def _start(self, reason: str) -> None:
+    def _start(self, reason: str, slot: int | None) -> None:
+        added = reason == "backlog"
         try:
             self.start_successor({"source": "outbox.handover", "channel": self.channel.value,
-                                  "predecessor": self.owner, "reason": reason})
-            obs.logger.info("started a successor", extra={"reason": reason})
+                                  "predecessor": None if added else self.owner, "reason": reason, "slot": slot})
+            obs.logger.info("added a poller" if added else "started a successor", extra={"reason": reason})
         except Exception as exc:
-            self.successor = "not_started"
+            if not added:
+                self.successor = "not_started"
             self._metric(obs.SUCCESSOR_NOT_STARTED, 1)
-            obs.logger.error("could not start a successor; going on until the deadline",
+            obs.logger.error("could not add a poller" if added else
+                             "could not start a successor; going on until the deadline",
                              extra={"reason": reason, "error_type": type(exc).__name__})
 
     def finish(self, *, failed: bool) -> None:
@@ -274,7 +346,8 @@ class Handover:
 
     def summary(self) -> dict[str, Any]:
         return {"gap_seconds": None if self.gap_seconds is None else round(self.gap_seconds, 3),
-                "left_for_newer": self.leaving, "successor": self.successor,
+                "left_for_newer": self.leaving and not self.shed, "shed": self.shed, "slot": self.slot,
+                "successor": self.successor,
                 "leases_taken_over": self.taken_over}
 
 

@@ -67,7 +67,7 @@ def get_dependencies() -> Dependencies:
                        error_max_chars=settings.error_max_chars, ordering_on_dead=settings.ordering_on_dead)
     pollers, start_successor = None, None
     if settings.mode is Mode.LATENCY:
-        pollers = PollerRegistry(get_engine(), settings.channel, settings.poller_ttl_seconds)
+        pollers = PollerRegistry(get_engine(), settings.channel, settings.poller_ttl_seconds, settings.pollers)
         if settings.self_invoke and settings.function_name:
             start_successor = lambda_starter(settings.function_name, settings.region)
     deps = Dependencies(settings, store, build_publisher(settings), build_policy(settings), pollers, start_successor)

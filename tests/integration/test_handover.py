@@ -35,12 +35,12 @@ def seed(app_engine, stream: str, n: int) -> list[str]:
 
 def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_engine):
     registry = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=5)
-    assert registry.register("a", 60) == (None, 0)  # the channel's first: no gap to measure
+    assert registry.register("a", 60) == (None, 0, 0)  # the channel's first: no gap to measure
     first = registry.renew("a", None)
     assert (first.registered, first.newer, first.others) == (True, 0, 0)
 
-    gap, live = registry.register("b", 60)
-    assert (gap, live) == (0.0, 1)
+    gap, live, slot = registry.register("b", 60)
+    assert (gap, live, slot) == (0.0, 1, 0)  # one slot kept: it takes the oldest's
     b = registry.renew("b", None)  # b's reference time: a has not renewed since
     assert (b.newer, b.others) == (0, 1)
     assert registry.renew("b", b.at).older_unaware == 1
@@ -51,7 +51,7 @@ def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_
     assert registry.request_successor("b", 15)
     # Asked again after a lost reply, it answers the same (the poller itself asks once)
     assert registry.request_successor("b", 15)
-    assert registry.register("b", 60) == (0.0, 1)  # a registration run again keeps the first one
+    assert registry.register("b", 60) == (0.0, 1, 0)  # a registration run again keeps the first one
 
     # A successor b started that has not registered yet is on its way: no other poller starts one
     assert registry.register("x", 60)[1] == 2 and registry.renew("x", None).registered
@@ -61,9 +61,37 @@ def test_the_registry_measures_gaps_and_tells_older_pollers_of_newer_ones(relay_
     registry.leave("a")
     registry.leave("b")
     time.sleep(0.3)
-    gap, live = registry.register("c", 60)
+    gap, live, _ = registry.register("c", 60)
     assert live == 0 and 0.25 <= gap < 2.0
     assert registry.renew("gone", None).registered is False
+
+
+def test_the_registry_keeps_pollers_in_slots_and_adds_one_at_a_time(relay_engine):
+    # Given two slots kept: the first two pollers take one each, a third the oldest's
+    registry = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=5, slots=2)
+    assert [registry.register(o, 60)[2] for o in ("a", "b")] == [0, 1]
+    assert registry.register("c", 60)[2] == 0
+    assert registry.renew("a", None).newer == 1 and registry.renew("b", None).newer == 0
+    # A successor takes the slot it was started for, and only its predecessor leaves for it
+    assert registry.request_successor("b", 15)
+    assert registry.register("b2", 60, 1)[2] == 1
+    assert registry.renew("b", None).newer == 1 and registry.renew("c", None).newer == 0
+    assert not registry.request_successor("b", 15)  # asked once already, and b2 is newer
+    registry.leave("a")
+    registry.leave("b")
+
+    # An add goes to the first free slot of the maximum, one per channel at a time
+    assert registry.add("c", 4, 15) == 2
+    assert registry.add("b2", 4, 15) is None  # c's add is within the cooldown
+    assert registry.register("added", 60, 2)[2] == 2
+    assert registry.add("added", 4, 15) is None
+    with relay_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_poller SET add_requested_at = add_requested_at - interval '10 s'"))
+    assert registry.add("b2", 4, 15) == 3
+    registry.register("added2", 60, 3)
+    with relay_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_poller SET add_requested_at = add_requested_at - interval '10 s'"))
+    assert registry.add("c", 4, 15) is None  # every slot of the maximum is held
 
 
 def test_a_taken_over_poller_is_told_and_its_derived_tokens_leases_go_too(relay_engine, app_engine, redis_prefix):
@@ -223,7 +251,8 @@ def test_a_poller_near_its_deadline_starts_its_successor_through_lambda(relay_en
     # Then it invoked its own function once, asynchronously, naming itself as the predecessor
     assert summary["handover"]["successor"] == "requested" and summary["delivered"] == 5
     assert moto_lambda == [("stack-relay-redis", {"source": "outbox.handover", "channel": "redis",
-                                                  "predecessor": summary["lease_owner"], "reason": "deadline"})]
+                                                  "predecessor": summary["lease_owner"], "reason": "deadline",
+                                                  "slot": 0})]
     assert len(redis_client.xrange(redis_prefix + "s")) == len(ids)
     with app_engine.connect() as conn:
         assert conn.execute(text("SELECT successor_requested_at IS NOT NULL FROM outbox_poller")).scalar_one()

@@ -1,7 +1,8 @@
 """The poller handover as a state machine on a fake clock: pollers of one channel
 start on a rough schedule (early, late, missing, two at once), beat once a
-second, leave when a newer one polls, start a successor near their deadline; a
-registry model with the SQL statements' semantics stands in for PostgreSQL."""
+second, leave when a newer one of their slot polls, start a successor near their
+deadline; several pollers per channel, added while the backlog is old and shed when
+idle; a registry model with the SQL statements' semantics stands in for PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from outbox_relay import observability as obs
 from outbox_relay.models import Channel
-from outbox_relay.pollers import Handover, Renewal
+from outbox_relay.pollers import ADD_COOLDOWN_SECONDS, Handover, Pollers, Renewal
 from outbox_relay.publishers.base import Deadline
 
 TTL = 5.0
@@ -28,6 +29,8 @@ class Row:
     requested: float | None = None
     gap: float | None = None
     taken_over: bool = False
+    slot: int = 0
+    added: float | None = None
 
 
 @dataclass
@@ -38,6 +41,7 @@ class ModelRegistry:
     rows: dict[str, Row] = field(default_factory=dict)
     leases: dict[str, int] = field(default_factory=dict)  # owner -> leased messages
     freed: int = 0
+    slots: int = 1
 
     def now(self) -> float:
         return self.clock[0]
@@ -45,13 +49,17 @@ class ModelRegistry:
     def live(self, r: Row) -> bool:
         return r.left is None and r.expires > self.now()
 
-    def register(self, owner: str, deadline_seconds: float) -> tuple[float | None, int]:
+    def register(self, owner: str, deadline_seconds: float, slot: int | None) -> tuple[float | None, int, int]:
         now = self.now()
         covered = [now if self.live(r) else (r.left if r.left is not None else r.seen) for r in self.rows.values()]
         gap = max(0.0, now - max(covered)) if covered else None
-        live = sum(self.live(r) for r in self.rows.values())
-        self.rows[owner] = Row(owner, now, now, now + TTL, gap=gap)
-        return gap, live
+        live = [r for r in self.rows.values() if self.live(r)]
+        if slot is None:
+            free = [s for s in range(self.slots) if all(r.slot != s for r in live)]
+            oldest = sorted((r.started, r.owner, r.slot) for r in live if r.slot < self.slots)
+            slot = free[0] if free else oldest[0][2] if oldest else 0
+        self.rows[owner] = Row(owner, now, now, now + TTL, gap=gap, slot=slot)
+        return gap, len(live), slot
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal:
         me = self.rows.get(owner)
@@ -63,7 +71,8 @@ class ModelRegistry:
         ref = float(aware_after) if aware_after is not None else None
         return Renewal(
             True,
-            newer=sum(self.live(r) and (r.started, r.owner) > (me.started, me.owner) for r in others),
+            newer=sum(self.live(r) and r.slot == me.slot and (r.started, r.owner) > (me.started, me.owner)
+                      for r in others),
             others=sum(self.live(r) for r in others),
             older_unaware=sum(self.live(r) and (r.started, r.owner) < (me.started, me.owner) and ref is not None
                               and r.seen <= ref for r in others),
@@ -83,14 +92,26 @@ class ModelRegistry:
         me = self.rows[owner]
         now = self.now()
         on_its_way = any(self.live(r) and r.requested is not None and r.requested > now - lead_seconds
-                         and not any(n.started > r.requested for n in self.rows.values())
-                         for r in self.rows.values() if r.owner != owner)
+                         and not any(n.slot == r.slot and n.started > r.requested for n in self.rows.values())
+                         for r in self.rows.values() if r.owner != owner and r.slot == me.slot)
         if on_its_way or any(
-                self.live(r) and (r.started, r.owner) > (me.started, me.owner)
+                self.live(r) and r.slot == me.slot and (r.started, r.owner) > (me.started, me.owner)
                 for r in self.rows.values() if r.owner != owner):
             return False
         me.requested = me.requested if me.requested is not None else self.now()
         return True
+
+    def add(self, owner: str, max_slots: int, lead_seconds: float) -> int | None:
+        now = self.now()
+        free = [s for s in range(max_slots) if not any(self.live(r) and r.slot == s for r in self.rows.values())]
+        asked = [r.added for r in self.rows.values() if r.added is not None]
+        if not free or self.rows[owner].left is not None or any(
+                a > now - ADD_COOLDOWN_SECONDS or (a > now - lead_seconds
+                                                   and not any(n.started > a for n in self.rows.values()))
+                for a in asked):
+            return None
+        self.rows[owner].added = now
+        return free[0]
 
     def leave(self, owner: str) -> None:
         if self.rows[owner].left is None:
@@ -102,22 +123,25 @@ class Simulation:
     and ends at its deadline (timeout − margin) or one step after it saw a newer one."""
 
     def __init__(self, timeout: float = 150.0, margin: float = 5.0, lead: float = 15.0,
-                 cold_start: float = 1.0, successor_fails: bool = False) -> None:
+                 cold_start: float = 1.0, successor_fails: bool = False, pollers: Pollers = Pollers()) -> None:
         self.clock = [0.0]
-        self.registry = ModelRegistry(self.clock)
+        self.registry = ModelRegistry(self.clock, slots=pollers.count)
+        self.pollers = pollers
+        #: The backlog's oldest due age the pollers observe, and whether their claims find rows.
+        self.age, self.busy = 0.0, True
         self.timeout, self.margin, self.lead, self.cold_start = timeout, margin, lead, cold_start
         self.successor_fails = successor_fails
         self.running: dict[str, tuple[Handover, float, float]] = {}  # owner -> (handover, ends at, next beat)
-        self.pending: list[tuple[float, str]] = []  # (start at, why)
+        self.pending: list[tuple[float, str, int | None]] = []  # (start at, why, slot)
         self.starts: list[tuple[float, str]] = []
         self.killed: set[str] = set()
         self.polling: list[tuple[float, int]] = []  # (time, pollers claiming)
         self.n = 0
 
-    def schedule(self, at: float, why: str = "schedule") -> None:
-        self.pending.append((at, why))
+    def schedule(self, at: float, why: str = "schedule", slot: int | None = None) -> None:
+        self.pending.append((at, why, slot))
 
-    def _start(self, why: str) -> None:
+    def _start(self, why: str, slot: int | None = None) -> None:
         self.n += 1
         owner = f"p{self.n:03d}"
         now = self.clock[0]
@@ -126,12 +150,13 @@ class Simulation:
         def start_successor(event: dict) -> None:
             if self.successor_fails:
                 raise RuntimeError("TooManyRequestsException")
-            assert event["predecessor"] == owner and event["channel"] == "redis"
-            self.schedule(self.clock[0] + self.cold_start, "successor")
+            assert event["predecessor"] in (owner, None) and event["channel"] == "redis"
+            self.schedule(self.clock[0] + self.cold_start, "added" if event["predecessor"] is None else "successor",
+                          event["slot"])
 
         deadline = Deadline(lambda: int(max(0.0, ends - self.clock[0]) * 1000), self.margin)
         handover = Handover(self.registry, owner, Channel.REDIS, deadline, lead_seconds=self.lead,
-                            start_successor=start_successor, background=False)
+                            start_successor=start_successor, background=False, slot=slot, pollers=self.pollers)
         handover.start()
         self.running[owner] = (handover, ends, now + BEAT)
         self.starts.append((now, why))
@@ -143,11 +168,12 @@ class Simulation:
 
     def run(self, until: float) -> None:
         while self.clock[0] < until:
-            for at, why in sorted(self.pending):
+            for at, why, slot in sorted(self.pending, key=lambda p: p[:2]):
                 if at <= self.clock[0]:
-                    self.pending.remove((at, why))
-                    self._start(why)
+                    self.pending.remove((at, why, slot))
+                    self._start(why, slot)
             for owner, (h, ends, next_beat) in list(self.running.items()):
+                h.observe(_Seen(h, self.age, self.busy))
                 if self.clock[0] >= next_beat:
                     h.beat()
                     self.running[owner] = (h, ends, next_beat + BEAT)
@@ -162,6 +188,17 @@ class Simulation:
 
     def poller_seconds(self) -> float:
         return sum(0.1 * n for _, n in self.polling)
+
+    def slots(self) -> list[int]:
+        return sorted(h.slot for h, _, _ in self.running.values())
+
+
+class _Seen:
+    """What a poller's loop summary shows after one more claim (`Handover.observe`)."""
+
+    def __init__(self, h: Handover, age: float, busy: bool) -> None:
+        self.polls, self.batches = h._claims + 1, h._found + busy
+        self.oldest_pending_age_seconds, self.last_claim_found = age, busy
 
 
 def test_late_and_early_starts_leave_no_window_and_cost_about_one_poller() -> None:
@@ -368,3 +405,84 @@ def test_after_a_claim_lost_with_the_database_the_poller_claims_under_a_new_toke
     # Then every claim after the lost one used a token of its own, derived from the invocation's
     assert calls[:2] == ["tok", "tok"] and set(calls[2:]) == {"tok/1"} and summary.delivered == 3
     assert summary.database_unreachable_seconds > 0
+
+
+def test_several_pollers_each_keep_a_slot_with_their_own_successors() -> None:
+    # Given OUTBOX_POLLERS=3, three starts at once, then scheduled runs that come late or not at all
+    sim = Simulation(pollers=Pollers(3, 3))
+    for _ in range(3):
+        sim.schedule(0.0)
+    for at in (60 + 59, 240 + 30):
+        sim.schedule(at)
+
+    sim.run(until=500)
+
+    # Then three slots were polled all along, each by a chain of its own successors: a
+    # successor takes its predecessor's slot, and a scheduled run the oldest poller's
+    assert sim.slots() == [0, 1, 2]
+    assert all(n >= 3 for t, n in sim.polling if t > 1)
+    rows = list(sim.registry.rows.values())
+    for r in rows:
+        if r.requested is not None:  # its successor: the first later registration of its slot
+            after = [n for n in rows if n.slot == r.slot and n.started > r.requested]
+            assert after and after[0].started <= r.requested + sim.cold_start + 0.11
+    # and the cost stays about one poller per slot, a chain never multiplying
+    assert sim.poller_seconds() / 500 < 3 * 1.05 and max(n for _, n in sim.polling) <= 6
+
+
+def test_a_successor_replaces_its_predecessor_not_a_poller_of_another_slot() -> None:
+    sim = Simulation(pollers=Pollers(2, 2))
+    sim.schedule(0.0)
+    sim.schedule(30.0)
+    sim.run(until=140)  # the first one's successor starts near its deadline (130 s)
+    (first, second) = ("p001", "p002")
+    assert sim.registry.rows[first].slot == 0 and sim.registry.rows[second].slot == 1
+    assert sim.registry.rows[first].left is not None  # it left for its own successor
+    assert sim.registry.rows[second].left is None  # the other slot's poller polls on
+    assert sim.slots() == [0, 1]
+
+
+def test_a_backlog_adds_pollers_one_at_a_time_up_to_the_maximum_and_idle_ones_are_shed() -> None:
+    # Given one poller kept, up to four while the backlog is older than a second
+    sim = Simulation(pollers=Pollers(1, 4, add_age_seconds=1.0), cold_start=2.0)
+    sim.schedule(0.0)
+    sim.run(until=10)
+    assert sim.slots() == [0]
+
+    # When the backlog's oldest due message stays 5 s old
+    sim.age = 5.0
+    sim.run(until=60)
+
+    # Then pollers were added, one add at a time, up to four and no more: a chain that
+    # never multiplies (each add asked once per cooldown by the whole channel)
+    added = [t for t, why in sim.starts if why == "added"]
+    assert sim.slots() == [0, 1, 2, 3] and len(added) == 3
+    assert all(b - a >= 5.0 for a, b in zip(added, added[1:])) and added[-1] < 30
+    assert max(n for _, n in sim.polling) <= 4
+
+    # When the backlog is gone and the added pollers' claims find nothing
+    sim.age, sim.busy = 0.0, False
+    sim.run(until=70)
+
+    # Then the added ones left within a couple of heartbeats; the kept one polls on
+    assert sim.slots() == [0]
+    assert all(sim.registry.rows[o].left is not None for o in sim.registry.rows if sim.registry.rows[o].slot)
+
+
+def test_an_added_poller_starts_a_successor_only_while_the_backlog_is_old() -> None:
+    clock = [0.0]
+    registry = ModelRegistry(clock, slots=1)
+    started: list[dict] = []
+    left = [10_000]
+    h = Handover(registry, "added", Channel.REDIS, Deadline(lambda: left[0], 5.0), lead_seconds=15,
+                 start_successor=started.append, background=False, slot=1, pollers=Pollers(1, 2))
+    h.start()
+    h.observe(_Seen(h, 0.0, True))  # busy, but the backlog is young
+    h.beat()  # within the lead
+    assert started == [] and h.summary()["successor"] == "not_needed"
+
+    kept = Handover(registry, "kept", Channel.REDIS, Deadline(lambda: left[0], 5.0), lead_seconds=15,
+                    start_successor=started.append, background=False, slot=0, pollers=Pollers(1, 2))
+    kept.start()
+    kept.beat()
+    assert [(e["slot"], e["predecessor"]) for e in started] == [(0, "kept")]

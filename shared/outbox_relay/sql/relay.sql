@@ -346,7 +346,10 @@ UNION ALL
 -- (renewed by renew_poller) with its deadline :deadline_seconds away; purge the
 -- channel's registrations older than a week. Returns the seconds no poller was
 -- running before it (NULL for the channel's first: nothing to measure from; a
--- dead one covered until it last renewed) and how many others are live.
+-- dead one covered until it last renewed), how many others are live, and its
+-- slot: :slot when it was started for one (a successor takes its predecessor's,
+-- an added poller the one asked for), else the first of the :slots kept that no
+-- live poller holds, else the oldest live poller's (which leaves for it).
 WITH recent AS (
     {{recent_pollers}}
 ), prior AS (
@@ -354,23 +357,33 @@ WITH recent AS (
            count(*) FILTER (WHERE {{poller_is_live}}) AS live
       FROM recent p
      WHERE p.owner <> :owner
+), place AS (
+    SELECT coalesce(CAST(:slot AS int),
+                    (SELECT s FROM generate_series(0, :slots - 1) s
+                      WHERE NOT EXISTS (SELECT 1 FROM recent p
+                                         WHERE p.slot = s AND p.owner <> :owner AND {{poller_is_live}})
+                      ORDER BY s LIMIT 1),
+                    (SELECT p.slot FROM recent p WHERE p.slot < :slots AND p.owner <> :owner AND {{poller_is_live}}
+                      ORDER BY p.started_at, p.owner LIMIT 1),
+                    0) AS slot
 ), purge AS (
     DELETE FROM outbox_poller WHERE channel = :channel AND started_at < now() - interval '7 days'
 ), me AS (
     -- Run again after a lost reply, it keeps the registration it made.
-    INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds)
+    INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds, slot)
     SELECT :owner, :channel, now(), now(), now() + make_interval(secs => :ttl_seconds),
            now() + make_interval(secs => :deadline_seconds),
-           CASE WHEN prior.covered IS NOT NULL THEN greatest(EXTRACT(EPOCH FROM now() - prior.covered), 0)::float8 END
-      FROM prior
+           CASE WHEN prior.covered IS NOT NULL THEN greatest(EXTRACT(EPOCH FROM now() - prior.covered), 0)::float8 END,
+           place.slot
+      FROM prior, place
     ON CONFLICT (owner) DO UPDATE SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
-    RETURNING gap_seconds
+    RETURNING gap_seconds, slot
 )
-SELECT me.gap_seconds, prior.live FROM me, prior
+SELECT me.gap_seconds, prior.live, me.slot FROM me, prior
 
 -- name: renew_poller
 -- Renew :owner's registration for :ttl_seconds and read the channel's other
--- registrations: live ones newer than it (it should leave), live ones in all,
+-- registrations: live ones of its slot newer than it (it should leave), live ones in all,
 -- older live ones that have not renewed since :aware_after (they may not have
 -- seen it yet), and expired ones whose leases nobody took over. One round trip
 -- a heartbeat; `registered` is false when the row is gone or was taken over
@@ -378,13 +391,13 @@ SELECT me.gap_seconds, prior.live FROM me, prior
 WITH me AS (
     UPDATE outbox_poller SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
      WHERE owner = :owner
-    RETURNING owner, channel, started_at, taken_over_at
+    RETURNING owner, channel, started_at, taken_over_at, slot
 ), recent AS (
     {{recent_pollers}}
 )
 SELECT now()::text,
        EXISTS (SELECT 1 FROM me WHERE me.taken_over_at IS NULL),
-       count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) > (me.started_at, me.owner)),
+       count(*) FILTER (WHERE {{poller_is_live}} AND p.slot = me.slot AND (p.started_at, p.owner) > (me.started_at, me.owner)),
        count(*) FILTER (WHERE {{poller_is_live}} AND p.owner <> me.owner),
        count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) < (me.started_at, me.owner)
                           AND p.seen_at <= CAST(:aware_after AS timestamptz)),
@@ -414,22 +427,46 @@ SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM freed)
 
 -- name: request_successor
 -- Note that :owner starts its successor (once: the poller asks once; run again
--- after a lost reply it answers the same), and only while no newer
--- poller of its channel is live (that one is the successor already) and no other
--- live poller started one within :lead_seconds that has not registered yet (it
--- is on its way: a cold start longer than the lead would otherwise chain them).
+-- after a lost reply it answers the same), and only while no newer poller of its
+-- slot is live (that one is the successor already) and no other live poller of
+-- its slot started one within :lead_seconds that has not registered yet (it is
+-- on its way: a cold start longer than the lead would otherwise chain them).
 UPDATE outbox_poller me SET successor_requested_at = coalesce(me.successor_requested_at, now())
  WHERE me.owner = :owner
    AND NOT EXISTS (SELECT 1 FROM outbox_poller p
                     WHERE p.channel = me.channel AND p.started_at >= me.started_at AND p.owner <> me.owner
-                      AND (p.started_at, p.owner) > (me.started_at, me.owner) AND {{poller_is_live}})
+                      AND p.slot = me.slot AND (p.started_at, p.owner) > (me.started_at, me.owner)
+                      AND {{poller_is_live}})
    AND NOT EXISTS (SELECT 1 FROM outbox_poller p
-                    WHERE p.channel = me.channel AND p.owner <> me.owner AND {{poller_is_live}}
+                    WHERE p.channel = me.channel AND p.owner <> me.owner AND p.slot = me.slot AND {{poller_is_live}}
                       AND p.started_at > now() - interval '15 minutes'
                       AND p.successor_requested_at > now() - make_interval(secs => :lead_seconds)
                       AND NOT EXISTS (SELECT 1 FROM outbox_poller n
-                                       WHERE n.channel = p.channel AND n.started_at > p.successor_requested_at))
+                                       WHERE n.channel = p.channel AND n.slot = p.slot
+                                         AND n.started_at > p.successor_requested_at))
 RETURNING me.owner
+
+-- name: add_poller
+-- Note that :owner asks for a poller to be added to its channel (its backlog is
+-- old), in the first of :max_slots slots that no live poller holds. Refused (no
+-- row) when every slot is held, or another add of the channel was asked for
+-- within :cooldown_seconds, or within :lead_seconds with no poller registered
+-- since (on its way): one add at a time, however many pollers see the backlog.
+WITH recent AS (
+    {{recent_pollers}}
+), free AS (
+    SELECT s FROM generate_series(0, :max_slots - 1) s
+     WHERE NOT EXISTS (SELECT 1 FROM recent p WHERE p.slot = s AND {{poller_is_live}})
+     ORDER BY s LIMIT 1
+)
+UPDATE outbox_poller me SET add_requested_at = now()
+  FROM free
+ WHERE me.owner = :owner AND me.left_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM recent p
+                    WHERE p.add_requested_at > now() - make_interval(secs => :cooldown_seconds)
+                       OR (p.add_requested_at > now() - make_interval(secs => :lead_seconds)
+                           AND NOT EXISTS (SELECT 1 FROM recent n WHERE n.started_at > p.add_requested_at)))
+RETURNING free.s
 
 -- name: leave_poller
 -- :owner stops polling: its registration no longer counts as live.
