@@ -205,3 +205,123 @@ def test_the_oldest_pending_age_is_the_oldest_due_message(harness) -> None:
     harness.add(1)
     harness.advance(10)
     assert 9.5 <= store.oldest_pending_age_seconds() <= 60
+
+
+def _keyed_backlog(harness) -> dict[int, str | None]:
+    """Five keys' messages interleaved in seq order, four each, and a few without a key."""
+    key_of: dict[int, str | None] = {}
+    for _ in range(4):
+        for k in ("a", "b", "c", "d", "e"):
+            key_of.update(dict.fromkeys(harness.add(1, key=k), k))
+    key_of.update(dict.fromkeys(harness.add(5), None))
+    return key_of
+
+
+def _in_turn(key_of: dict[int, str | None], got: list[int], done: list[int], own: list[int]) -> bool:
+    """Whether each claimed message's earlier ones of its key were all recorded, are
+    the poller's own in flight, or come before it in the same claim."""
+    passed = set(done) | set(own)
+    for s in got:
+        if key_of[s] is not None and any(e < s and e not in passed for e, k in key_of.items() if k == key_of[s]):
+            return False
+        passed.add(s)
+    return True
+
+
+def _in_key_order(key_of: dict[int, str | None], delivered_seqs: list[int]) -> bool:
+    by_key: dict[str, list[int]] = {}
+    for s in delivered_seqs:
+        if key_of[s] is not None:
+            by_key.setdefault(key_of[s], []).append(s)
+    return all(order == sorted(order) for order in by_key.values())
+
+
+def test_several_pollers_claiming_in_turn_never_share_a_lease_and_keep_each_keys_order(harness) -> None:
+    # Given a keyed backlog and three pollers, each claiming, holding, then recording or
+    # giving back what it holds, in an order drawn at random
+    import random
+
+    store = harness.make()
+    key_of = _keyed_backlog(harness)
+    rng = random.Random(34)
+    held: dict[str, list[int]] = {"p0": [], "p1": [], "p2": []}
+    leased: dict[int, str] = {}
+    done: list[int] = []
+    for _ in range(400):
+        if len(done) == len(key_of):
+            break
+        owner = rng.choice(sorted(held))
+        if held[owner] and rng.random() < 0.5:
+            if rng.random() < 0.2:  # it gives all it holds back (a deadline, a stopped batch)
+                store.release(owner, held[owner])
+            else:
+                assert store.record(owner, [delivered(s) for s in held[owner]]).delivered == len(held[owner])
+                done += held[owner]
+            for s in held[owner]:
+                del leased[s]
+            held[owner] = []
+            continue
+        got = seqs(store.claim(owner, 3, LEASE))
+        # Then a key's message is claimed only in its turn
+        assert _in_turn(key_of, got, done, held[owner]), (owner, got)
+        for s in got:
+            # and no message is leased to two pollers at once
+            assert s not in leased, (s, owner, leased[s])
+            leased[s] = owner
+            held[owner].append(s)
+
+    # and every message is delivered once, each key's in seq order
+    assert sorted(done) == sorted(key_of) and _in_key_order(key_of, done)
+
+
+def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys_order(harness) -> None:
+    # Given a keyed backlog and four threads claiming at once (the in-memory store is one
+    # transaction at a time: its calls are serialised, interleaved by the threads)
+    import threading
+
+    store = harness.make()
+    key_of = _keyed_backlog(harness)
+    serial = threading.Lock() if harness.name == "memory" else None
+    guard = threading.Lock()
+    leased: dict[int, str] = {}
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def call(f, *args):
+        if serial is None:
+            return f(*args)
+        with serial:
+            return f(*args)
+
+    def poller(owner: str) -> None:
+        try:
+            idle = 0
+            while idle < 20:
+                got = seqs(call(store.claim, owner, 2, LEASE))
+                idle = 0 if got else idle + 1
+                with guard:
+                    assert not set(got) & set(leased), (owner, got, leased)
+                    assert _in_turn(key_of, got, done, []), (owner, got)
+                    leased.update(dict.fromkeys(got, owner))
+                if got:
+                    # Recorded before this poller's next claim (a key's turn passes on only then),
+                    # and noted before any claim that may have seen the record is checked
+                    with guard:
+                        assert call(store.record, owner, [delivered(s) for s in got]).delivered == len(got)
+                        done.extend(got)
+                        for s in got:
+                            del leased[s]
+                else:
+                    threading.Event().wait(0.01)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=poller, args=(f"p{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+
+    # Then no message was leased twice at once, each went once, each key's in seq order
+    assert not errors, errors
+    assert sorted(done) == sorted(key_of) and _in_key_order(key_of, done)
