@@ -337,3 +337,80 @@ def test_two_ses_pollers_at_a_handover_stay_within_max_send_rate(database_url, a
     sent_at.sort()
     busiest = max(bisect.bisect_left(sent_at, t + 1.0) - i for i, t in enumerate(sent_at))
     assert busiest <= 10, busiest
+
+
+@pytest.mark.slow  # four poller processes, about 15 s
+def test_several_pollers_one_killed_mid_run_lose_nothing_and_keep_each_keys_order(database_url, servers, app_engine,
+                                                                                  redis_client, redis_prefix):
+    import collections
+    import signal
+
+    # Given OUTBOX_POLLERS=3: three poller processes of one channel, and an application
+    # committing messages of 20 keys all along
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")} | {
+        "DATABASE_URL": database_url, "REDIS_URL": servers.redis_url, "OUTBOX_CHANNEL": "redis",
+        "OUTBOX_MODE": "latency", "OUTBOX_POLLERS": "3", "OUTBOX_DEADLINE_MARGIN_SECONDS": "1",
+        "OUTBOX_POLLER_TTL_SECONDS": "1", "OUTBOX_BATCH_SIZE": "20",
+        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayTest"}
+    stream = redis_prefix + "k"
+    order: dict[str, tuple[str, int]] = {}  # message id -> (key, its place among the key's)
+    counts: collections.Counter = collections.Counter()
+
+    def commit(n: int) -> None:
+        rows = []
+        for _ in range(n):
+            rows.append(dict(stream=stream, type="t", payload={"n": 1}, key=f"key{(len(order) + len(rows)) % 20}"))
+        with app_engine.begin() as conn:
+            ids = enqueue_events_bulk(conn, rows)
+        for i, row in zip(ids, rows):
+            order[str(i)] = (row["key"], counts[row["key"]])
+            counts[row["key"]] += 1
+
+    pollers = [_poller(env, 14.0) for _ in range(3)]
+    try:
+        wait_for(lambda: _live_pollers(app_engine) == 3, what="three pollers registered")
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            commit(20)
+            time.sleep(0.02)
+
+        # When one is killed -9 mid-run, while messages keep coming
+        wait_for(lambda: redis_client.xlen(stream) > 0, what="deliveries")
+        pollers[1].send_signal(signal.SIGKILL)
+        pollers[1].wait(30)
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            commit(20)
+            time.sleep(0.02)
+        wait_for(lambda: redis_client.xlen(stream) >= len(order), what="every message in the stream")
+        outs = [json.loads(pollers[i].communicate(timeout=60)[0].splitlines()[-1]) for i in (0, 2)]
+    finally:
+        for p in pollers:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+
+    # Then the other two polled on side by side, each in its own slot, none leaving for the other
+    assert len({o["handover"]["slot"] for o in outs}) == 2 and not any(o["handover"]["left_for_newer"] for o in outs)
+    assert all(o["delivered"] > 0 for o in outs)
+    with app_engine.connect() as conn:
+        slots = conn.execute(text("SELECT slot, taken_over_at IS NOT NULL FROM outbox_poller ORDER BY slot")).all()
+        statuses = conn.execute(text("SELECT DISTINCT status FROM outbox_message")).scalars().all()
+    assert [s for s, _ in slots] == [0, 1, 2] and sum(t for _, t in slots) == 1  # the killed one's, taken over
+    assert statuses == ["delivered"]
+    # and nothing was lost, nothing published twice (the dedupe absorbs a killed batch's
+    # redelivery), each key's messages in the stream in the order they were committed
+    entries = [f for _, f in redis_client.xrange(stream)]
+    assert sorted(f["id"] for f in entries) == sorted(order)
+    places: dict[str, list[int]] = collections.defaultdict(list)
+    for f in entries:
+        key, place = order[f["id"]]
+        assert f["key"] == key
+        places[key].append(place)
+    assert all(p == sorted(p) for p in places.values())
+
+
+def _live_pollers(app_engine) -> int:
+    with app_engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM outbox_poller WHERE left_at IS NULL "
+                                 "AND expires_at > now()")).scalar_one()
