@@ -414,3 +414,29 @@ def _live_pollers(app_engine) -> int:
     with app_engine.connect() as conn:
         return conn.execute(text("SELECT count(*) FROM outbox_poller WHERE left_at IS NULL "
                                  "AND expires_at > now()")).scalar_one()
+
+
+def test_a_poller_facing_an_old_backlog_adds_one_poller_through_lambda(relay_env, monkeypatch, moto_lambda,
+                                                                       app_engine, redis_client, redis_prefix):
+    # Given one poller kept, up to three while the oldest due message is older than a second,
+    # and a backlog 30 s old that small batches take a while to drain
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "stack-relay-redis")
+    for name, value in {"OUTBOX_MODE": "latency", "OUTBOX_DEADLINE_MARGIN_SECONDS": "1",
+                        "OUTBOX_POLLER_TTL_SECONDS": "1", "OUTBOX_POLLERS_MAX": "3", "OUTBOX_BATCH_SIZE": "5",
+                        "OUTBOX_POLLERS_ADD_AGE_SECONDS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    seed(app_engine, redis_prefix + "old", 3000)
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '30 s', "
+                          "created_at = created_at - interval '30 s'"))
+
+    summary = load_handler("relay")(EVENT, LocalContext(3.0))
+
+    # Then it asked for one poller in the next slot, once (one add per channel at a time;
+    # moto runs no code, so none registered)
+    added = [e for _, e in moto_lambda if e["reason"] == "backlog"]
+    assert added == [{"source": "outbox.handover", "channel": "redis", "predecessor": None, "reason": "backlog",
+                      "slot": 1}]
+    assert summary["handover"]["slot"] == 0 and summary["delivered"] > 0
+    with app_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_poller WHERE add_requested_at IS NOT NULL")).scalar_one() == 1

@@ -245,7 +245,8 @@ SHORT_LEASE = {"OUTBOX_LEASE_SECONDS": "3", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": "
 @pytest.mark.parametrize("mode", ["batch", "drain"])
 def test_latency_only_settings_do_not_refuse_a_batch_or_drain_relay(env, mode):
     # Given a relay without pollers, a 3 s lease and the poller TTL's default of 5 s, and a successor lead
-    for k, v in {**SHORT_LEASE, "OUTBOX_MODE": mode, "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10"}.items():
+    for k, v in {**SHORT_LEASE, "OUTBOX_MODE": mode, "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10", "OUTBOX_POLLERS": "3",
+                 "OUTBOX_POLLERS_MAX": "2"}.items():
         env.setenv(k, v)
     # Then it starts: neither setting is read in this mode
     s = load_settings()
@@ -256,6 +257,8 @@ def test_latency_only_settings_do_not_refuse_a_batch_or_drain_relay(env, mode):
     ({}, "OUTBOX_POLLER_TTL_SECONDS", "must be shorter than OUTBOX_LEASE_SECONDS (3s)"),
     ({"OUTBOX_POLLER_TTL_SECONDS": "2", "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10"}, "OUTBOX_SUCCESSOR_LEAD_SECONDS",
      "at most half"),
+    ({"OUTBOX_POLLER_TTL_SECONDS": "2", "OUTBOX_POLLERS": "3", "OUTBOX_POLLERS_MAX": "2"}, "OUTBOX_POLLERS_MAX",
+     "must be at least OUTBOX_POLLERS (3)"),
 ])
 def test_latency_only_settings_are_checked_in_latency_mode(env, extra, variable, fragment):
     for k, v in {**SHORT_LEASE, "OUTBOX_MODE": "latency", **extra}.items():
@@ -268,7 +271,8 @@ def test_latency_only_settings_are_checked_in_latency_mode(env, extra, variable,
 @pytest.mark.parametrize(("variable", "value"), [
     ("OUTBOX_BATCH_SIZE", "5.0"), ("OUTBOX_BATCH_SIZE", " 5 "), ("OUTBOX_BATCH_SIZE", "5_0"),
     ("OUTBOX_BATCH_SIZE", "+5"), ("OUTBOX_MAX_ATTEMPTS", "1e1"), ("DATABASE_POOL_SIZE", "2.0"),
-    ("OUTBOX_LEASE_SECONDS", " 130"), ("OUTBOX_LEASE_SECONDS", "1_30"),
+    ("OUTBOX_LEASE_SECONDS", " 130"), ("OUTBOX_LEASE_SECONDS", "1_30"), ("OUTBOX_POLLERS_MAX", "2.0"),
+    ("OUTBOX_POLLERS", "0"),
 ])
 def test_a_number_is_taken_only_as_written(env, variable, value):
     env.setenv(variable, value)
