@@ -169,14 +169,22 @@ def test_the_mode_the_poll_interval_and_the_reserved_concurrency_are_parameters(
     assert env["OUTBOX_MODE"] == {"Ref": "RelayMode"} and PARAMETERS["RelayMode"]["Default"] == "latency"
     assert set(PARAMETERS["RelayMode"]["AllowedValues"]) == {m.value for m in Mode}
     assert env["OUTBOX_POLL_INTERVAL_SECONDS"] == {"Ref": "PollIntervalSeconds"}
-    assert RESOURCES["RelayRedisFunction"]["Properties"]["ReservedConcurrentExecutions"] == \
-        {"Ref": "RedisReservedConcurrency"}
-    assert RESOURCES["RelaySesFunction"]["Properties"]["ReservedConcurrentExecutions"] == \
-        {"Ref": "SesReservedConcurrency"}
-    # latency mode: the current poller, the next scheduled run and a successor it started itself
-    # (SES pollers that overlap share the send rate through the registry)
-    assert PARAMETERS["RedisReservedConcurrency"]["Default"] == 3
-    assert PARAMETERS["SesReservedConcurrency"]["Default"] == PARAMETERS["SesReservedConcurrency"]["MaxValue"] == 3
+    # Reserved concurrency: a channel's own when set, else derived from the pollers at most
+    # (RelayPollersMax, else RelayPollers): two per poller (it and its successor) and the next
+    # scheduled run; 3 for one poller
+    by_max = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21]
+    for channel in ("Redis", "Ses"):
+        assert RESOURCES[f"Relay{channel}Function"]["Properties"]["ReservedConcurrentExecutions"] == {"Fn::If": [
+            f"{channel}ConcurrencyDerived",
+            {"Fn::If": ["HasPollersMax", {"Fn::Select": [{"Ref": "RelayPollersMax"}, by_max]},
+                        {"Fn::Select": [{"Ref": "RelayPollers"}, by_max]}]},
+            {"Ref": f"{channel}ReservedConcurrency"}]}
+        assert PARAMETERS[f"{channel}ReservedConcurrency"]["Default"] == 0
+    assert all(by_max[n] == 2 * n + 1 for n in range(1, PARAMETERS["RelayPollersMax"]["MaxValue"] + 1))
+    assert PARAMETERS["RelayPollers"]["MaxValue"] == PARAMETERS["RelayPollersMax"]["MaxValue"] == len(by_max) - 1
+    assert PARAMETERS["RelayPollers"]["Default"] == 1 and by_max[1] == 3
+    assert env["OUTBOX_POLLERS"] == {"Ref": "RelayPollers"}
+    assert env["OUTBOX_POLLERS_MAX"] == {"Fn::If": ["HasPollersMax", {"Ref": "RelayPollersMax"}, ""]}
     # one poller outlives two periods of the default one-minute schedule plus a cold start
     assert PARAMETERS["RelayScheduleExpression"]["Default"] == "rate(1 minute)"
     assert PARAMETERS["FunctionTimeoutSeconds"]["Default"] == 150
