@@ -14,12 +14,12 @@ registration time-to-live. From each renewal it learns:
 
 Near its deadline with no newer poller, it starts its successor itself (at most
 once, refused by the registry when a newer poller is live); so does a poller that
-ends early on an error. A channel keeps `Pollers.count` slots, each a chain of
-pollers (a successor takes its predecessor's slot); while the backlog's oldest due
-message is older than `Pollers.add_age_seconds`, a poller asks for one more slot
-(up to `Pollers.max`); a poller of an added slot leaves when half its claims find
-nothing, and starts a successor only while the backlog is old. A poller that cannot start one says so (metric, log) and
-goes on. Times that are compared live in PostgreSQL, on its clock; the heartbeat's
+ends early on an error. A poller that cannot start one says so (metric, log) and
+goes on. A channel keeps `Pollers.count` slots, each a chain of pollers (a
+successor takes its predecessor's slot); while the backlog's oldest due message is
+older than `Pollers.add_age_seconds`, a poller asks for one more slot (up to
+`Pollers.max`); a poller of an added slot leaves when half its claims find
+nothing, and starts a successor only while the backlog is old. Times that are compared live in PostgreSQL, on its clock; the heartbeat's
 schedule and the deadline are durations on this process's monotonic clock.
 """
 

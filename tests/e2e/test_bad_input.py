@@ -174,6 +174,10 @@ ENV: dict[str, list[Bad]] = {
                                       "OUTBOX_DEADLINE_MARGIN_SECONDS": "1"})],
     "OUTBOX_SUCCESSOR_LEAD_SECONDS": [Bad("0", "greater than or equal to 1"),
                                       Bad("400", "at most half", env=LATENCY)],
+    "OUTBOX_POLLERS": [Bad("0", "greater than or equal to 1"), Bad("2.0", "digits alone")],
+    "OUTBOX_POLLERS_MAX": [Bad("51", "less than or equal to 50"),
+                           Bad("1", "must be at least OUTBOX_POLLERS (2)", env={**LATENCY, "OUTBOX_POLLERS": "2"})],
+    "OUTBOX_POLLERS_ADD_AGE_SECONDS": [Bad("0", "greater than or equal to 0.1"), Bad("inf", "finite")],
     # A variable no setting reads (decision 0057): a misspelt one names the setting it is near
     "OUTBOX_BATCH_SIZ": [Bad("5", "did you mean OUTBOX_BATCH_SIZE?")],
     "outbox_ordering_on_death": [Bad("block", "did you mean OUTBOX_ORDERING_ON_DEAD?")],

@@ -149,8 +149,11 @@ def test_the_poller_registry_statements_use_their_indexes(app_engine):
         return plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
 
     common = {"channel": "redis", "ttl_seconds": 5.0}
-    for name, params in (("register_poller", common | {"owner": "new", "deadline_seconds": 60.0}),
+    for name, params in (("register_poller", common | {"owner": "new", "deadline_seconds": 60.0, "slot": None,
+                                                       "slots": 3}),
                          ("renew_poller", common | {"owner": "p2", "aware_after": None}),
+                         ("add_poller", common | {"owner": "p2", "max_slots": 4, "lead_seconds": 15.0,
+                                                  "cooldown_seconds": 5.0}),
                          ("take_over_pollers", {"channel": "redis"})):
         nodes = explain(name, params)
         # Then no table is read whole: the registry by channel and start, the outbox's leased rows by expiry

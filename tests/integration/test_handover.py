@@ -440,3 +440,90 @@ def test_a_poller_facing_an_old_backlog_adds_one_poller_through_lambda(relay_env
     assert summary["handover"]["slot"] == 0 and summary["delivered"] > 0
     with app_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM outbox_poller WHERE add_requested_at IS NOT NULL")).scalar_one() == 1
+
+
+# A poller process whose self-invoke starts another such process (what Lambda would
+# run), unless the test has written the stop file; each writes its summary to a file.
+_SCALING_POLLER = """
+import json, os, subprocess, sys
+from outbox_relay import runtime
+from outbox_tools.lambda_local import LocalContext, load_handler
+event, timeout, folder = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+def starter(name, region):
+    def start(event):
+        if os.path.exists(os.path.join(folder, "stop")):
+            raise RuntimeError("the test is over")
+        subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(event), timeout, folder],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return start
+
+runtime.lambda_starter = starter
+with open(os.path.join(folder, f"{os.getpid()}.pid"), "w") as f:
+    f.write(json.dumps(event))
+summary = load_handler("relay")(event, LocalContext(float(timeout)))
+with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
+    f.write(json.dumps(summary))
+"""
+_SCALING_POLLER = "SCRIPT = " + repr(_SCALING_POLLER) + "\n" + _SCALING_POLLER
+
+
+@pytest.mark.slow  # pollers scaling up and down as processes, about a minute
+def test_pollers_added_for_a_backlog_one_killed_then_shed_lose_nothing_and_keep_each_keys_order(
+        database_url, servers, app_engine, redis_client, redis_prefix, tmp_path):
+    import collections
+    import signal
+
+    # Given one poller kept and up to three while the oldest due message is over a second
+    # old, small batches, and a backlog of 40 keys committed 30 s ago
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")} | {
+        "DATABASE_URL": database_url, "REDIS_URL": servers.redis_url, "OUTBOX_CHANNEL": "redis",
+        "OUTBOX_MODE": "latency", "OUTBOX_POLLERS_MAX": "3", "OUTBOX_POLLERS_ADD_AGE_SECONDS": "1",
+        "OUTBOX_DEADLINE_MARGIN_SECONDS": "1", "OUTBOX_POLLER_TTL_SECONDS": "1", "OUTBOX_BATCH_SIZE": "5",
+        "OUTBOX_SUCCESSOR_LEAD_SECONDS": "5", "AWS_LAMBDA_FUNCTION_NAME": "stack-relay-redis",
+        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayTest"}
+    stream = redis_prefix + "scale"
+    rows = [dict(stream=stream, type="t", payload={"n": i}, key=f"key{i % 40}") for i in range(8000)]
+    with app_engine.begin() as conn:
+        ids = [str(i) for i in enqueue_events_bulk(conn, rows)]
+        conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '30 s', "
+                          "created_at = created_at - interval '30 s'"))
+    place = {i: (row["key"], n) for n, (i, row) in enumerate(zip(ids, rows))}
+
+    # When a scheduled run starts, adds pollers, and an added one is killed -9 once it polls
+    first = subprocess.Popen([sys.executable, "-c", _SCALING_POLLER, json.dumps(EVENT), "25", str(tmp_path)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    most = [0]
+
+    def live() -> int:
+        most[0] = max(most[0], _live_pollers(app_engine))
+        return most[0]
+
+    try:
+        wait_for(lambda: live() >= 2, what="a poller added", seconds=60)
+        added = [int(p.stem) for p in tmp_path.glob("*.pid") if json.loads(p.read_text()).get("reason") == "backlog"]
+        os.kill(added[0], signal.SIGKILL)
+        wait_for(lambda: redis_client.xlen(stream) >= len(ids), what="the backlog delivered", seconds=240)
+        # Then, the backlog gone, the added pollers find nothing to do and leave
+        wait_for(lambda: _live_pollers(app_engine) == 1, what="back to the one poller kept", seconds=60)
+    finally:
+        (tmp_path / "stop").write_text("")
+        wait_for(lambda: _live_pollers(app_engine) == 0, what="every poller ended", seconds=90)
+        first.wait(30)
+
+    # and pollers were added while the backlog was old, never beyond the maximum slots
+    assert most[0] >= 2
+    with app_engine.connect() as conn:
+        slots = conn.execute(text("SELECT slot, count(*) FROM outbox_poller GROUP BY slot ORDER BY slot")).all()
+        statuses = conn.execute(text("SELECT DISTINCT status FROM outbox_message")).scalars().all()
+    assert [s for s, _ in slots][0] == 0 and max(s for s, _ in slots) <= 2
+    shed = [json.loads(p.read_text())["handover"]["shed"] for p in tmp_path.glob("*.json")]
+    assert any(shed)
+    # and nothing was lost or published twice, each key's messages in the stream in order
+    assert statuses == ["delivered"]
+    entries = [f for _, f in redis_client.xrange(stream)]
+    assert sorted(f["id"] for f in entries) == sorted(ids)
+    order: dict[str, list[int]] = collections.defaultdict(list)
+    for f in entries:
+        order[place[f["id"]][0]].append(place[f["id"]][1])
+    assert all(p == sorted(p) for p in order.values())
