@@ -67,6 +67,8 @@ class Renewal:
     expired: int = 0
     #: The database's now() of the renewal, as text (the reference of `older_unaware`).
     at: str | None = None
+    #: The channel's oldest due message's age, seconds (0 when none is due).
+    backlog_age: float = 0.0
 
 
 class Registry(Protocol):
@@ -104,9 +106,9 @@ class PollerRegistry:
         return (None if gap is None else float(gap)), int(live), int(slot)
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal:
-        at, registered, newer, others, unaware, expired = run_with_retry(self.engine, lambda c: c.execute(
+        at, registered, newer, others, unaware, expired, age = run_with_retry(self.engine, lambda c: c.execute(
             sql.relay.renew_poller, self._params(owner=owner, aware_after=aware_after)).one())
-        return Renewal(bool(registered), int(newer), int(others), int(unaware), int(expired), at)
+        return Renewal(bool(registered), int(newer), int(others), int(unaware), int(expired), at, float(age or 0))
 
     def take_over(self) -> tuple[int, int]:
         pollers, messages = run_with_retry(self.engine, lambda c: c.execute(
@@ -163,7 +165,7 @@ class Handover:
         self.leaving = False
         self.shed = False
         self.slot, self.pollers = slot, pollers
-        #: What the loop last showed (`observe`): the backlog's age, claims, claims that found rows.
+        #: The backlog's age (from the last renewal); claims, claims that found rows (`observe`).
         self._age, self._claims, self._found, self._window = 0.0, 0, 0, (0, 0)
         self.registered = False
         self.gap_seconds: float | None = None
@@ -223,7 +225,7 @@ class Handover:
                 self._aware_after, unaware = renewal.at, renewal.others
             if renewal.others != self.others:
                 self._metric(obs.POLLERS, 1 + renewal.others)
-            self.others, self.older_unaware = renewal.others, unaware
+            self.others, self.older_unaware, self._age = renewal.others, unaware, renewal.backlog_age
             if not renewal.registered and not self.leaving:
                 # Another poller found this registration expired and took its leases
                 # over: this one counts as dead, and stops (that one is polling).
@@ -249,17 +251,15 @@ class Handover:
             obs.logger.warning("poller heartbeat failed", extra={"error_type": type(exc).__name__})
 
     def observe(self, summary: Any) -> None:
-        """Note what the loop's summary says (called after each claim): the backlog's
-        oldest due age (0 while the last claim found nothing), claims, claims with rows."""
+        """Note the loop's claims and those that found rows (called after each claim)."""
         self._claims, self._found = summary.polls, summary.batches
-        self._age = (summary.oldest_pending_age_seconds or 0.0) if summary.last_claim_found else 0.0
 
     def backlog_old(self) -> bool:
         return self._age > self.pollers.add_age_seconds
 
     def scale(self) -> None:
         """While the backlog is old, ask for a poller in a free slot (the registry
-        allows one add per channel at a time) and start it. A poller of an added
+        allows one add per channel at a time) and start it. Else a poller of an added
         slot whose claims found nothing in half of them since the last beat leaves."""
         claims, found = self._claims - self._window[0], self._found - self._window[1]
         self._window = (self._claims, self._found)

@@ -454,8 +454,10 @@ def starter(name, region):
     def start(event):
         if os.path.exists(os.path.join(folder, "stop")):
             raise RuntimeError("the test is over")
-        subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(event), timeout, folder],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = open(os.path.join(folder, f"{len(os.listdir(folder))}-{os.getpid()}.log"), "w")
+        subprocess.Popen([sys.executable, "-c", "SCRIPT = " + repr(SCRIPT) + "\\n" + SCRIPT, json.dumps(event),
+                          timeout, folder],
+                         stdout=log, stderr=subprocess.STDOUT)
     return start
 
 runtime.lambda_starter = starter
@@ -492,7 +494,7 @@ def test_pollers_added_for_a_backlog_one_killed_then_shed_lose_nothing_and_keep_
 
     # When a scheduled run starts, adds pollers, and an added one is killed -9 once it polls
     first = subprocess.Popen([sys.executable, "-c", _SCALING_POLLER, json.dumps(EVENT), "25", str(tmp_path)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             env=env, stdout=(tmp_path / "first.log").open("w"), stderr=subprocess.STDOUT)
     most = [0]
 
     def live() -> int:

@@ -42,6 +42,8 @@ class ModelRegistry:
     leases: dict[str, int] = field(default_factory=dict)  # owner -> leased messages
     freed: int = 0
     slots: int = 1
+    #: The channel's oldest due message's age, as the renewal reads it.
+    age: float = 0.0
 
     def now(self) -> float:
         return self.clock[0]
@@ -77,7 +79,7 @@ class ModelRegistry:
             older_unaware=sum(self.live(r) and (r.started, r.owner) < (me.started, me.owner) and ref is not None
                               and r.seen <= ref for r in others),
             expired=sum(r.left is None and not r.taken_over and r.expires <= now for r in others),
-            at=str(now))
+            at=str(now), backlog_age=self.age)
 
     def take_over(self) -> tuple[int, int]:
         dead = [r for r in self.rows.values() if r.left is None and not r.taken_over and r.expires <= self.now()]
@@ -127,8 +129,8 @@ class Simulation:
         self.clock = [0.0]
         self.registry = ModelRegistry(self.clock, slots=pollers.count)
         self.pollers = pollers
-        #: The backlog's oldest due age the pollers observe, and whether their claims find rows.
-        self.age, self.busy = 0.0, True
+        #: Whether the pollers' claims find rows (the backlog's age: `registry.age`).
+        self.busy = True
         self.timeout, self.margin, self.lead, self.cold_start = timeout, margin, lead, cold_start
         self.successor_fails = successor_fails
         self.running: dict[str, tuple[Handover, float, float]] = {}  # owner -> (handover, ends at, next beat)
@@ -173,7 +175,7 @@ class Simulation:
                     self.pending.remove((at, why, slot))
                     self._start(why, slot)
             for owner, (h, ends, next_beat) in list(self.running.items()):
-                h.observe(_Seen(h, self.age, self.busy))
+                h.observe(_Seen(h, self.busy))
                 if self.clock[0] >= next_beat:
                     h.beat()
                     self.running[owner] = (h, ends, next_beat + BEAT)
@@ -196,9 +198,8 @@ class Simulation:
 class _Seen:
     """What a poller's loop summary shows after one more claim (`Handover.observe`)."""
 
-    def __init__(self, h: Handover, age: float, busy: bool) -> None:
+    def __init__(self, h: Handover, busy: bool) -> None:
         self.polls, self.batches = h._claims + 1, h._found + busy
-        self.oldest_pending_age_seconds, self.last_claim_found = age, busy
 
 
 def test_late_and_early_starts_leave_no_window_and_cost_about_one_poller() -> None:
@@ -450,7 +451,7 @@ def test_a_backlog_adds_pollers_one_at_a_time_up_to_the_maximum_and_idle_ones_ar
     assert sim.slots() == [0]
 
     # When the backlog's oldest due message stays 5 s old
-    sim.age = 5.0
+    sim.registry.age = 5.0
     sim.run(until=60)
 
     # Then pollers were added, one add at a time, up to four and no more: a chain that
@@ -461,7 +462,7 @@ def test_a_backlog_adds_pollers_one_at_a_time_up_to_the_maximum_and_idle_ones_ar
     assert max(n for _, n in sim.polling) <= 4
 
     # When the backlog is gone and the added pollers' claims find nothing
-    sim.age, sim.busy = 0.0, False
+    sim.registry.age, sim.busy = 0.0, False
     sim.run(until=70)
 
     # Then the added ones left within a couple of heartbeats; the kept one polls on
@@ -477,7 +478,7 @@ def test_an_added_poller_starts_a_successor_only_while_the_backlog_is_old() -> N
     h = Handover(registry, "added", Channel.REDIS, Deadline(lambda: left[0], 5.0), lead_seconds=15,
                  start_successor=started.append, background=False, slot=1, pollers=Pollers(1, 2))
     h.start()
-    h.observe(_Seen(h, 0.0, True))  # busy, but the backlog is young
+    h.observe(_Seen(h, True))  # busy, but the backlog is young
     h.beat()  # within the lead
     assert started == [] and h.summary()["successor"] == "not_needed"
 
@@ -486,3 +487,15 @@ def test_an_added_poller_starts_a_successor_only_while_the_backlog_is_old() -> N
     kept.start()
     kept.beat()
     assert [(e["slot"], e["predecessor"]) for e in started] == [(0, "kept")]
+
+
+def test_an_added_poller_stays_while_the_backlog_is_old_even_when_its_claims_find_nothing() -> None:
+    # (a few hot keys: most rows are out of turn behind the other pollers' leases)
+    sim = Simulation(pollers=Pollers(1, 2, add_age_seconds=1.0))
+    sim.registry.age = 5.0
+    sim.schedule(0.0)
+    sim.run(until=20)
+    assert sim.slots() == [0, 1]
+    sim.busy = False
+    sim.run(until=30)
+    assert sim.slots() == [0, 1] and not any(h.shed for h, _, _ in sim.running.values())

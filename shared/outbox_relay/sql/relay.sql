@@ -385,7 +385,8 @@ SELECT me.gap_seconds, prior.live, me.slot FROM me, prior
 -- Renew :owner's registration for :ttl_seconds and read the channel's other
 -- registrations: live ones of its slot newer than it (it should leave), live ones in all,
 -- older live ones that have not renewed since :aware_after (they may not have
--- seen it yet), and expired ones whose leases nobody took over. One round trip
+-- seen it yet), expired ones whose leases nobody took over, and the channel's
+-- oldest pending age (what adds a poller, and lets an added one go). One round trip
 -- a heartbeat; `registered` is false when the row is gone or was taken over
 -- (another poller found it expired and took its leases: it must stop).
 WITH me AS (
@@ -402,7 +403,8 @@ SELECT now()::text,
        count(*) FILTER (WHERE {{poller_is_live}} AND (p.started_at, p.owner) < (me.started_at, me.owner)
                           AND p.seen_at <= CAST(:aware_after AS timestamptz)),
        count(*) FILTER (WHERE p.left_at IS NULL AND p.taken_over_at IS NULL AND p.expires_at <= now()
-                          AND p.owner <> me.owner)
+                          AND p.owner <> me.owner),
+       (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c)
   FROM me LEFT JOIN recent p ON true
 
 -- name: take_over_pollers
