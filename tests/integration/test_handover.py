@@ -482,10 +482,10 @@ def test_pollers_added_for_a_backlog_one_killed_then_shed_lose_nothing_and_keep_
         "DATABASE_URL": database_url, "REDIS_URL": servers.redis_url, "OUTBOX_CHANNEL": "redis",
         "OUTBOX_MODE": "latency", "OUTBOX_POLLERS_MAX": "3", "OUTBOX_POLLERS_ADD_AGE_SECONDS": "1",
         "OUTBOX_DEADLINE_MARGIN_SECONDS": "1", "OUTBOX_POLLER_TTL_SECONDS": "1", "OUTBOX_BATCH_SIZE": "5",
-        "OUTBOX_SUCCESSOR_LEAD_SECONDS": "5", "AWS_LAMBDA_FUNCTION_NAME": "stack-relay-redis",
+        "OUTBOX_SUCCESSOR_LEAD_SECONDS": "10", "AWS_LAMBDA_FUNCTION_NAME": "stack-relay-redis",
         "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "OutboxRelayTest"}
     stream = redis_prefix + "scale"
-    rows = [dict(stream=stream, type="t", payload={"n": i}, key=f"key{i % 40}") for i in range(8000)]
+    rows = [dict(stream=stream, type="t", payload={"n": i}, key=f"key{i % 40}") for i in range(5000)]
     with app_engine.begin() as conn:
         ids = [str(i) for i in enqueue_events_bulk(conn, rows)]
         conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '30 s', "
@@ -493,7 +493,7 @@ def test_pollers_added_for_a_backlog_one_killed_then_shed_lose_nothing_and_keep_
     place = {i: (row["key"], n) for n, (i, row) in enumerate(zip(ids, rows))}
 
     # When a scheduled run starts, adds pollers, and an added one is killed -9 once it polls
-    first = subprocess.Popen([sys.executable, "-c", _SCALING_POLLER, json.dumps(EVENT), "25", str(tmp_path)],
+    first = subprocess.Popen([sys.executable, "-c", _SCALING_POLLER, json.dumps(EVENT), "40", str(tmp_path)],
                              env=env, stdout=(tmp_path / "first.log").open("w"), stderr=subprocess.STDOUT)
     most = [0]
 
@@ -505,7 +505,7 @@ def test_pollers_added_for_a_backlog_one_killed_then_shed_lose_nothing_and_keep_
         wait_for(lambda: live() >= 2, what="a poller added", seconds=60)
         added = [int(p.stem) for p in tmp_path.glob("*.pid") if json.loads(p.read_text()).get("reason") == "backlog"]
         os.kill(added[0], signal.SIGKILL)
-        wait_for(lambda: redis_client.xlen(stream) >= len(ids), what="the backlog delivered", seconds=240)
+        wait_for(lambda: redis_client.xlen(stream) >= len(ids), what="the backlog delivered", seconds=300)
         # Then, the backlog gone, the added pollers find nothing to do and leave
         wait_for(lambda: _live_pollers(app_engine) == 1, what="back to the one poller kept", seconds=60)
     finally:
