@@ -124,7 +124,7 @@ def _install() -> None:
     from moto.sns.models import SNSBackend
     from moto.sqs.models import Queue, SQSBackend
 
-    from outbox_relay.aws_messages import ID_ATTRIBUTE
+    from outbox_relay.publishers.aws_message import ID_ATTRIBUTE
 
     for name in ("approximate_number_of_messages", "approximate_number_of_messages_delayed",
                  "approximate_number_of_messages_not_visible"):
@@ -292,21 +292,20 @@ def _destination(channel: str, client: Any, variant: str) -> dict[str, str]:
 
 def enqueue(env: BenchEnv, channel: str, n: int, *, keys: int | None, chunk: int = 1000, seed: int = 6) -> float:
     """`n` ~1 KB `order.placed` messages for `channel`, keyless or over `keys` ordering
-    keys: each row validated as the channel's producer function validates it (`aws_row`,
-    behind `enqueue_sqs`, `enqueue_sns`, `enqueue_eventbridge`), written `chunk` at a time
+    keys: each row validated as the channel's producer function validates it (its spec's
+    `message_row`, behind `enqueue_sqs`, `enqueue_sns`, `enqueue_eventbridge`), written `chunk` at a time
     by the statement `enqueue_events_bulk` writes with. Returns the seconds it took."""
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from outbox_relay.aws_messages import aws_row
-    from outbox_relay.models import Channel
     from outbox_relay.producer import _insert_chunk
+    from outbox_relay.publishers.registry import spec_for
 
     from . import payloads
 
     started = time.perf_counter()
     engine = create_engine(env.database_url, poolclass=NullPool)
-    rows = [aws_row(Channel(channel), {"type": e["type"], "payload": e["payload"]}
+    rows = [spec_for(channel).message_row({"type": e["type"], "payload": e["payload"]}
                     | ({} if e["key"] is None else {"key": e["key"]}))
             for e in payloads.events(n, seed=seed, keys=keys)]
     try:
@@ -348,7 +347,7 @@ CLAIM = """
 
 def _requests(channel: str, rows: list[Any], setting: dict[str, str], fifo: bool) -> list[dict[str, Any]]:
     """The request entries the relay sends for these rows, built inline."""
-    from outbox_relay.aws_messages import ID_ATTRIBUTE, KEY_ATTRIBUTE, TYPE_ATTRIBUTE
+    from outbox_relay.publishers.aws_message import ID_ATTRIBUTE, KEY_ATTRIBUTE, TYPE_ATTRIBUTE
 
     out = []
     for i, (_, message_id, type_, key, payload) in enumerate(rows):

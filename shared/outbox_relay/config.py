@@ -20,8 +20,8 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
-from .models import Channel, Mode, OrderingOnDead
-from .publishers.registry import CHANNELS
+from .models import Mode, OrderingOnDead
+from .publishers.registry import CHANNELS, Channel
 from .urls import parse_database_url
 
 #: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
@@ -260,7 +260,7 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
             except ValueError as exc:
                 raise ValueError(f"DATABASE_URL: {exc}") from None
         for spec in CHANNELS:
-            spec.check_settings(self, self.relays and self.channel is spec.channel)
+            spec.check_settings(self, self.relays and self.channel == spec.name)
         return self
 
 

@@ -9,16 +9,6 @@ from datetime import datetime
 from typing import Any, Mapping, NamedTuple
 
 
-class Channel(str, enum.Enum):
-    """Where a message goes. Each channel runs as its own relay function."""
-
-    REDIS = "redis"  # a domain event, XADD to a Redis Stream named by `destination`
-    SES = "ses"  # a transactional email, SendEmail through Amazon SES v2
-    SQS = "sqs"  # a message, SendMessageBatch to the relay's Amazon SQS queue
-    SNS = "sns"  # a message, PublishBatch to the relay's Amazon SNS topic
-    EVENTBRIDGE = "eventbridge"  # an event, PutEvents to an Amazon EventBridge bus
-
-
 class Mode(str, enum.Enum):
     """How much one invocation does (OUTBOX_MODE; docs/design.md, "Invocation modes")."""
 
@@ -173,7 +163,8 @@ class MessageRow:
 
     seq: int
     message_id: uuid.UUID
-    channel: Channel
+    #: The channel's name: the schema takes any (migration 0007), a registered one or not.
+    channel: str
     destination: str
     type: str
     key: str | None
@@ -197,7 +188,7 @@ class MessageRow:
         return cls(
             seq=m["seq"],
             message_id=m["message_id"],
-            channel=Channel(m["channel"]),
+            channel=m["channel"],
             destination=m["destination"],
             type=m["type"],
             key=m["key"],

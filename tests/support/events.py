@@ -18,7 +18,7 @@ from support.rows import insert_rows
 from support.template import ROOT, TemplateModel
 
 EVENTS = ROOT / "events"
-RELAY_FUNCTION = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
+RELAY_FUNCTION = {s.name: f"Relay{s.template_prefix}Function" for s in CHANNELS}
 SENDER = "outbox@example.com"
 EMF_DIMENSIONS = {"channel", "service"}  # as tests/unit/test_template.py expects of the template
 

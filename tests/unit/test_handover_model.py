@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from outbox_relay import observability as obs
-from outbox_relay.models import Channel
 from outbox_relay.pollers import Handover, Renewal
 from outbox_relay.publishers.base import Deadline
+from outbox_relay.publishers.registry import Channel
 
 TTL = 5.0
 BEAT = 1.0

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from outbox_relay import observability as obs
-from outbox_relay.models import Channel
-from outbox_relay.publishers.registry import CHANNELS, spec_for
+from outbox_relay.publishers.registry import CHANNELS, Channel, spec_for
 from outbox_relay.publishers.spec import _resolve
 from support.template import TemplateModel
 
@@ -26,7 +25,7 @@ def _places() -> list[tuple[str, str]]:
 
 
 def _fill(text: str, spec) -> str:
-    return text.format(channel=spec.channel.value, Prefix=spec.template_prefix, producer=spec.producer,
+    return text.format(channel=spec.name, Prefix=spec.template_prefix, producer=spec.producer,
                        command=spec.enqueue_command)
 
 
@@ -34,31 +33,31 @@ def test_the_howto_lists_places() -> None:
     assert len(_places()) >= 10
 
 
-@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.name)
 @pytest.mark.parametrize("place", _places(), ids=lambda p: f"{p[0]}:{p[1]}")
 def test_every_registered_channel_appears_in_each_place_the_howto_names(spec, place) -> None:
     # Given a registered channel and a place the how-to names
     path, needle = (_fill(part, spec) for part in place)
     # Then the file exists and holds what the how-to says it holds for that channel
     file = ROOT / path
-    assert file.is_file(), f"{path} (named by the how-to) does not exist for {spec.channel.value}"
-    assert needle in file.read_text(encoding="utf-8"), f"{path} has no {needle!r} for {spec.channel.value}"
+    assert file.is_file(), f"{path} (named by the how-to) does not exist for {spec.name}"
+    assert needle in file.read_text(encoding="utf-8"), f"{path} has no {needle!r} for {spec.name}"
 
 
 def test_every_channel_is_registered_once() -> None:
-    assert sorted(s.channel.value for s in CHANNELS) == sorted(c.value for c in Channel)
+    assert sorted(s.name for s in CHANNELS) == sorted(c.value for c in Channel)
     assert all(spec_for(c).channel is c for c in Channel)
     with pytest.raises(KeyError, match="no channel 'carrier-pigeon' is registered"):
         spec_for("carrier-pigeon")
 
 
-@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.name)
 def test_each_channels_template_function_relays_it_and_its_spec_resolves(spec) -> None:
     # Given the template with every channel on
     template = TemplateModel(every_condition=True)
     function = f"Relay{spec.template_prefix}Function"
     # Then its relay function relays that channel, under its switch
-    assert template.function_environment(function)["OUTBOX_CHANNEL"] == spec.channel.value
+    assert template.function_environment(function)["OUTBOX_CHANNEL"] == spec.name
     assert template.resources[function]["Condition"] == f"{spec.template_prefix}Enabled"
     # And its settings, metrics, builder and validator are there
     assert spec.settings.model_fields, "a channel's settings name at least one variable"
@@ -73,7 +72,7 @@ CHANNEL_BLOCK = ("Relay{Prefix}LogGroup", "Relay{Prefix}Function", "Relay{Prefix
                  "Relay{Prefix}SecondsWithoutPollerAlarm")
 
 
-@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.channel.value)
+@pytest.mark.parametrize("spec", CHANNELS, ids=lambda s: s.name)
 def test_each_registered_channel_has_its_whole_block_in_the_template_and_can_be_switched_off(spec) -> None:
     # Given the template as written
     template = TemplateModel()

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from outbox_relay.config import load_maintenance_settings, load_settings
 from outbox_relay.errors import ConfigurationError
 from outbox_relay.maintenance import RedriveRequest, ScheduledRun
-from outbox_relay.models import Channel, ErrorClass
+from outbox_relay.models import ErrorClass
+from outbox_relay.publishers.registry import Channel
 from outbox_tools.lambda_local import project_root
 
 EVENTS = project_root() / "events"

@@ -26,9 +26,9 @@ import pytest
 from outbox_relay import observability as obs
 from outbox_relay.config import MaintenanceSettings, Settings
 from outbox_relay.invocation import ScheduleEvent
-from outbox_relay.models import Channel, Mode
+from outbox_relay.models import Mode
 from outbox_relay.publishers.redis.metrics import METRICS as REDIS_METRICS
-from outbox_relay.publishers.registry import CHANNELS
+from outbox_relay.publishers.registry import CHANNELS, Channel
 from support.template import ROOT, TemplateModel
 
 MODEL = TemplateModel(every_condition=True)
@@ -45,8 +45,8 @@ EMF_DIMENSIONS = {"channel", "service"}
 REPUTATION_METRICS = {"EmailSent", "EmailBounced", "EmailComplained"}
 FEEDBACK_DIMENSIONS = {name: ({"service", "configuration_set"} if name in REPUTATION_METRICS else {"service"})
                        for name in obs.FEEDBACK_METRICS}
-RELAY_FUNCTIONS = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
-PREFIXES = {s.channel.value: s.template_prefix for s in CHANNELS}
+RELAY_FUNCTIONS = {s.name: f"Relay{s.template_prefix}Function" for s in CHANNELS}
+PREFIXES = {s.name: s.template_prefix for s in CHANNELS}
 #: A value of each channel's switch parameter that turns it on.
 SWITCHES_ON = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:r-AbCdEf",
                "SesSenderIdentity": "example.com",

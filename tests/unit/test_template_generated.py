@@ -24,7 +24,7 @@ def test_the_committed_template_is_the_generated_one() -> None:
 def test_each_registered_channel_has_its_file_and_one_block() -> None:
     template = TemplateModel()
     for spec in CHANNELS:
-        assert (ROOT / "infra/template/channels" / f"{spec.channel.value}.yaml").is_file()
+        assert (ROOT / "infra/template/channels" / f"{spec.name}.yaml").is_file()
         functions = [n for n, r in template.resources.items()
                      if r["Type"] == "AWS::Serverless::Function" and n.startswith("Relay")]
         assert functions.count(f"Relay{spec.template_prefix}Function") == 1

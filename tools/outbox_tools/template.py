@@ -89,12 +89,12 @@ class Channel:
 
     def __init__(self, spec: ChannelSpec, index: int, extra_row: int) -> None:
         self.spec = spec
-        self.file = _sources() / "channels" / f"{spec.channel.value}.yaml"
+        self.file = _sources() / "channels" / f"{spec.name}.yaml"
         if not self.file.is_file():
-            raise FileNotFoundError(f"channel {spec.channel.value!r} is registered but has no "
+            raise FileNotFoundError(f"channel {spec.name!r} is registered but has no "
                                     f"infra/template/channels/{self.file.name} (docs/howto/add-a-channel.md)")
         own = _yaml().load(_source(self.file))
-        self.values = {**own.pop("values"), "Prefix": spec.template_prefix, "channel": spec.channel.value}
+        self.values = {**own.pop("values"), "Prefix": spec.template_prefix, "channel": spec.name}
         statements = own.pop("statements", [])
         rows = own.pop("dashboard_rows", [])
         self.extra_rows = len(rows)
@@ -143,7 +143,7 @@ def _common_values(channels: list[Channel]) -> dict[str, str]:
         at_least_one = f"Set {switches[0]}."
     else:
         at_least_one = f"Set {', '.join(switches)}, or {'both' if len(channels) == 2 else 'several'}."
-    metrics = [f'["${{Namespace}}", "{metric}", "channel", "{c.spec.channel.value}", "service", "outbox-relay"{extra}]'
+    metrics = [f'["${{Namespace}}", "{metric}", "channel", "{c.spec.name}", "service", "outbox-relay"{extra}]'
                for metric, extra in (("PendingDepth", ""), ("DeadCount", ""), ("Purged", ', {"stat": "Sum"}'))
                for c in channels]
     return {"deploys": " and ".join([", ".join(deploys[:-1]), deploys[-1]] if len(deploys) > 1 else deploys),
@@ -176,7 +176,7 @@ def _expand(node: Any, channels: list[Channel], label: str | None = None) -> Any
                         rule = "-" * 75
                         node.yaml_set_comment_before_after_key(name, indent=2, before=(
                             f"\n{rule}\n{channel.values['Name']} relay (infra/template/channels/"
-                            f"{channel.spec.channel.value}.yaml): its function (the relay's code,\n"
+                            f"{channel.spec.name}.yaml): its function (the relay's code,\n"
                             f"the channel from OUTBOX_CHANNEL), log group and alarms\n{rule}"))
                     first = False
                     at += 1

@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings
+
+from ..message import check_text
+
+# A bus is a name or an ARN; a source is text without the "aws." prefix ("PutEventsRequestEntry").
+_BUS_NAME = re.compile(r"[/.\-_A-Za-z0-9]{1,256}")
+_BUS_ARN = re.compile(r"arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-bus/[/.\-_A-Za-z0-9]{1,256}")
+
+
+def check_source(v: str) -> str:
+    """An event's source, the producer's or OUTBOX_EVENTBRIDGE_SOURCE. Raises ValueError."""
+    if not 1 <= len(v) <= 256:
+        raise ValueError("must be 1-256 characters")
+    if v.strip() != v or v.lower().startswith("aws."):
+        raise ValueError("must have no leading or trailing blanks and not start with 'aws.' "
+                         "(reserved for AWS services)")
+    return check_text(v)
+
+
+def check_bus(v: str) -> str:
+    """An event bus, the producer's or OUTBOX_EVENTBRIDGE_BUS: a name or an ARN. Raises ValueError."""
+    if not 1 <= len(v) <= 1600 or not (_BUS_NAME.fullmatch(v) or _BUS_ARN.fullmatch(v)):
+        raise ValueError("must be an event bus name (letters, digits, '.', '-', '_', '/') or an event bus ARN")
+    return v
 
 
 class EventBridgeSettings(BaseSettings):
@@ -24,12 +48,9 @@ RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_EVENTBRIDGE_BUS", "OUTBOX_EVENTBR
 
 def check_settings(s: Any, relayed: bool) -> None:
     """The bus and the source follow the rules of a message's own. Raises ValueError naming them."""
-    from ...aws_messages import EventBridgeMessage
-    from ...errors import InvalidMessageError
-    from ...events import validated
-
-    for variable, field in (("OUTBOX_EVENTBRIDGE_BUS", "bus"), ("OUTBOX_EVENTBRIDGE_SOURCE", "source")):
+    for variable, check, value in (("OUTBOX_EVENTBRIDGE_BUS", check_bus, s.eventbridge_bus),
+                                   ("OUTBOX_EVENTBRIDGE_SOURCE", check_source, s.eventbridge_source)):
         try:
-            validated(EventBridgeMessage, {"type": "t", "payload": {}, field: getattr(s, f"eventbridge_{field}")})
-        except InvalidMessageError as exc:
-            raise ValueError(f"{variable}: {exc.problem}") from None
+            check(value)
+        except ValueError as exc:
+            raise ValueError(f"{variable}: {exc}") from None

@@ -15,8 +15,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import DownstreamUnavailable
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
 from ..base import Deadline, Publisher, RecordResults
+from ..registry import Channel
 from .entries import cloudevent_fields, plain_fields
 from .metrics import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text

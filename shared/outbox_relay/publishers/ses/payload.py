@@ -48,7 +48,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InvalidMessageError
+from ...errors import InvalidMessageError
 from .addresses import CONTROL_RE, encode_header_value, parse_address
 from .attachment import Attachment, as_attachment
 from .headers import header_problem

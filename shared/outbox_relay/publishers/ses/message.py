@@ -1,5 +1,5 @@
-"""The producer API's email function (`producer.enqueue_email`): an email validated,
-then written by the producer's statement in the caller's transaction."""
+"""The SES channel's message, an email (`payload`), as the producer API validates it,
+and its producer API function `enqueue_email`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import tracing
-from ..errors import InvalidMessageError
-from ..events import check_deliver_at, check_key
-from ..ids import uuid7
-from ..models import Channel
-from ..write import check_conn, insert_message
+from ...errors import InvalidMessageError
+from ...ids import uuid7
+from ...write import enqueue
+from ..message import check_deliver_at, check_key
 from .mime import check_size
 from .payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 
@@ -36,6 +34,7 @@ def email_row(
     deliver_at: datetime | None = None,
     max_attempts: int | None = None,
     key: str | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Validate an email and return the parameters of `sql.producer.insert_message`.
     Raises `InvalidMessageError` naming the field; see `enqueue_email`."""
@@ -61,7 +60,7 @@ def email_row(
         if not isinstance(deliver_at, datetime):
             raise InvalidMessageError("deliver_at", "must be a timezone-aware datetime")
         try:
-            check_deliver_at(deliver_at)
+            check_deliver_at(deliver_at, now)
         except ValueError as exc:
             raise InvalidMessageError("deliver_at", str(exc)) from None
     if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
@@ -69,7 +68,7 @@ def email_row(
         raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000")
     return {
         "message_id": mid,
-        "channel": Channel.SES.value,
+        "channel": "ses",
         "destination": payload.configuration_set or DEFAULT_DESTINATION,
         "type": EMAIL_TYPE,
         "key": key,
@@ -89,6 +88,20 @@ def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError:
         raise InvalidMessageError("message_id", "must be a UUID") from None
+
+
+def message_row(fields: Mapping[str, Any], now: datetime | None = None,
+                context: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`email_row` for the keyword arguments `fields`; the trace context goes into the
+    message's headers column, as for every channel (the relay adds it to the email's
+    headers). Raises `InvalidMessageError` naming the field."""
+    try:
+        row = email_row(**fields, now=now)
+    except TypeError as exc:  # a keyword enqueue_email does not take
+        raise InvalidMessageError("message", str(exc).replace("email_row()", "enqueue_email()")) from None
+    if context:
+        row["headers"] = json.dumps(context, separators=(",", ":"))
+    return row
 
 
 def enqueue_email(
@@ -147,14 +160,7 @@ def enqueue_email(
             (``to[2]``, ``subject``, ``headers``, ``tags``, ``attachments[0].filename``,
             ``html/text``, …). Nothing is written.
     """
-    check_conn(conn)
-    row = email_row(to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc, reply_to=reply_to,
-                    sender=sender, headers=headers, tags=tags, configuration_set=configuration_set,
-                    attachments=attachments, message_id=message_id, deliver_at=deliver_at,
-                    max_attempts=max_attempts, key=key)
-    context = tracing.current_context()
-    if context:
-        # In the message headers, as for every channel; the relay adds them to the email's headers.
-        row["headers"] = json.dumps(context, separators=(",", ":"))
-    insert_message(conn, row)
-    return row["message_id"]
+    return enqueue(conn, channel="ses", to=to, subject=subject, html=html, text=text, cc=cc, bcc=bcc,
+                   reply_to=reply_to, sender=sender, headers=headers, tags=tags,
+                   configuration_set=configuration_set, attachments=attachments, message_id=message_id,
+                   deliver_at=deliver_at, max_attempts=max_attempts, key=key)
