@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from outbox_relay import config
 from outbox_relay import observability as obs
-from outbox_relay.config import MaintenanceSettings, Settings
+from outbox_relay.config import Settings
 from outbox_relay.invocation import ScheduleEvent
 from outbox_relay.models import Mode
 from outbox_relay.publishers.redis.metrics import METRICS as REDIS_METRICS
@@ -258,16 +259,8 @@ def test_maintenance_schedule_sends_the_sample_scheduled_event() -> None:
 # Functions, layer, settings
 # --------------------------------------------------------------------------
 
-def _env_names(model: type[Settings]) -> set[str]:
-    names = set()
-    for field, info in model.model_fields.items():
-        alias = info.validation_alias
-        names.add(alias if isinstance(alias, str) else f"OUTBOX_{field.upper()}")
-    return names
-
-
 def test_every_variable_the_template_sets_is_read_by_the_settings() -> None:
-    known = _env_names(Settings) | _env_names(MaintenanceSettings)
+    known = set(config.variables())
     powertools = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL",
                   "POWERTOOLS_LOGGER_LOG_EVENT", "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}
     boto = {"AWS_ENDPOINT_URL"}  # empty in AWS (boto3 ignores it); sam local points it at moto

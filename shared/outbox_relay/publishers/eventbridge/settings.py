@@ -18,7 +18,7 @@ _BUS_ARN = re.compile(r"arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-bus/[/.\-_A
 def check_source(v: str) -> str:
     """An event's source, the producer's or OUTBOX_EVENTBRIDGE_SOURCE. Raises ValueError."""
     if not 1 <= len(v) <= 256:
-        raise ValueError("must be 1-256 characters")
+        raise ValueError("must have 1 to at most 256 characters")
     if v.strip() != v or v.lower().startswith("aws."):
         raise ValueError("must have no leading or trailing blanks and not start with 'aws.' "
                          "(reserved for AWS services)")
