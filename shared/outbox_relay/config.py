@@ -23,7 +23,7 @@ from .errors import ConfigurationError
 from .models import Mode, OrderingOnDead
 from .publishers.registry import CHANNELS, Channel, spec_for
 from .publishers.spec import ChannelSpec
-from .urls import parse_database_url
+from .urls import EndpointUrl, parse_database_url
 
 #: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
 DatabaseTls = Literal["disable", "require", "verify-full"]
@@ -60,11 +60,8 @@ class SdkEnvironment(BaseSettings):
     powertools_service_name: str | None = Field(default=None, validation_alias="POWERTOOLS_SERVICE_NAME")
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
     aws_default_region: str | None = Field(default=None, validation_alias="AWS_DEFAULT_REGION")
-    aws_endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
-    aws_endpoint_url_sesv2: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
-    aws_endpoint_url_sqs: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
-    aws_endpoint_url_sns: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
-    aws_endpoint_url_eventbridge: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
+    #: A channel's service endpoint (AWS_ENDPOINT_URL_<SERVICE>) is in its own settings.
+    aws_endpoint_url: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
 
     @property
     def region(self) -> str | None:
@@ -105,17 +102,6 @@ class SdkEnvironment(BaseSettings):
                 validate_region_name(v)
             except InvalidRegionError:
                 raise ValueError("must be an AWS region name, e.g. eu-west-1") from None
-        return v
-
-    @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2", "aws_endpoint_url_sqs", "aws_endpoint_url_sns",
-                     "aws_endpoint_url_eventbridge")
-    @classmethod
-    def _endpoint(cls, v: str | None) -> str | None:
-        from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
-
-        if v is not None and not (v.lower().startswith(("http://", "https://"))
-                                  and (is_valid_endpoint_url(v) or is_valid_ipv6_endpoint_url(v))):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:5000")
         return v
 
 

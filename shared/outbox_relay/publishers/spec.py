@@ -88,6 +88,9 @@ class ChannelSpec:
     limits: ChannelLimits
     #: The template's resource prefix (`<Prefix>RelayFunction`, `Enable<Prefix>`).
     template_prefix: str
+    #: Its `messaging.system` in the relay's spans (OpenTelemetry semantic conventions;
+    #: a system they do not list goes by its own name).
+    messaging_system: str
     #: Young-generation GC threshold once the container is initialised (`runtime.settle_gc`);
     #: None keeps CPython's default (publishers that leave reference cycles behind).
     gc_young_threshold: int | None = None

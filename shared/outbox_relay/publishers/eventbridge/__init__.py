@@ -26,4 +26,5 @@ SPEC = ChannelSpec(
     # PutEvents: 10 entries and 256 KiB per call ("Amazon EventBridge quotas").
     limits=ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES),
     template_prefix="EventBridge",
+    messaging_system="aws_eventbridge",
 )

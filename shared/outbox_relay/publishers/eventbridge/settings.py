@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
+from ...urls import EndpointUrl
 from ..message import check_text
 
 # A bus is a name or an ARN; a source is text without the "aws." prefix ("PutEventsRequestEntry").
@@ -34,6 +35,9 @@ def check_bus(v: str) -> str:
 
 class EventBridgeSettings(BaseSettings):
     """Amazon EventBridge: the bus and source of events that name none, and how many calls run at once."""
+
+    aws_endpoint_url_eventbridge: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
+    """AWS_ENDPOINT_URL_EVENTBRIDGE: the SDK's endpoint for the service (a local one: moto)."""
 
     eventbridge_bus: str = "default"
     """OUTBOX_EVENTBRIDGE_BUS: the event bus (name or ARN) of events that name none."""

@@ -39,6 +39,7 @@ SPEC = ChannelSpec(
     # OUTBOX_BATCH_MAX_BYTES: Redis puts no limit of its own on it.
     limits=ChannelLimits(entries_per_call=None, bytes_per_call=None, payload_bytes=MAX_EVENT_PAYLOAD_BYTES),
     template_prefix="Redis",
+    messaging_system="redis",
     # A Redis batch builds a few tuples per message, freed by reference counting,
     # and no cycles: the default threshold only makes the collector find nothing.
     gc_young_threshold=GC_YOUNG_THRESHOLD,

@@ -25,4 +25,5 @@ SPEC = ChannelSpec(
     # SendMessageBatch: 10 entries and 256 KiB per call ("Amazon SQS quotas").
     limits=ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES),
     template_prefix="Sqs",
+    messaging_system="aws_sqs",
 )
