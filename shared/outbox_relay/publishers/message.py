@@ -129,25 +129,42 @@ def _aware(v: datetime | None) -> datetime | None:
     return v
 
 
+OrderingKey = Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)]
+# Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
+# "3"), epoch seconds, floats and booleans are refused rather than converted.
+DeliverAt = Annotated[datetime | None, Field(strict=True), AfterValidator(_aware)]
+MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
+
+
+class Envelope(BaseModel):
+    """What every channel's message carries beside its content: the ordering key, the
+    message id, `deliver_at` and the retry budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: OrderingKey = None
+    message_id: uuid.UUID | None = None
+    deliver_at: DeliverAt = None
+    max_attempts: MaxAttempts = None
+
+
 class Message(BaseModel):
-    """The fields every channel's message shares, as the producer API validates them.
-    `deliver_at` and `max_attempts` are strict: documented as a datetime and an int, so
-    text ("2026-12-02T00:00:00+00:00", "3"), epoch seconds, floats and booleans are
-    refused rather than converted."""
+    """A message of a type, a JSON payload and string headers, as the producer API
+    validates it (a channel's own message adds its fields)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     type: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_not_blank)]
     payload: Any
-    key: Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)] = None
+    key: OrderingKey = None
     headers: dict[str, str] | None = None
     message_id: uuid.UUID | None = None
-    deliver_at: Annotated[datetime | None, Field(strict=True), AfterValidator(_aware)] = None
-    max_attempts: Annotated[int | None, Field(ge=1, le=1000, strict=True)] = None
+    deliver_at: DeliverAt = None
+    max_attempts: MaxAttempts = None
 
 
 def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | None = None) -> Any:
-    """`data` as `model` (a `Message`), its `deliver_at` checked against `now` (default:
+    """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against `now` (default:
     the current time; a bulk call passes one time to every message). Raises
     `InvalidMessageError` naming the field."""
     try:
@@ -166,16 +183,21 @@ def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | N
     return m
 
 
-def message_row(m: Message, channel: str, destination: str, payload: str) -> dict[str, Any]:
-    """The parameters of `sql.producer.insert_message` for a validated message."""
+def message_row(m: Message | Envelope, channel: str, destination: str, payload: str, type_: str | None = None,
+                headers: str | None = None) -> dict[str, Any]:
+    """The parameters of `sql.producer.insert_message` for a validated message (a
+    `Message`'s type and headers, unless given)."""
+    if isinstance(m, Message):
+        type_ = m.type
+        headers = json_text(m.headers, "headers", MAX_HEADERS_BYTES) if m.headers else None
     return {
         "message_id": m.message_id or uuid7(),
         "channel": channel,
         "destination": destination,
-        "type": m.type,
+        "type": type_,
         "key": m.key,
         "payload": payload,
-        "headers": json_text(m.headers, "headers", MAX_HEADERS_BYTES) if m.headers else None,
+        "headers": headers,
         "max_attempts": m.max_attempts,
         "deliver_at": m.deliver_at,
     }

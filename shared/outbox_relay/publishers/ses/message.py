@@ -9,41 +9,26 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...errors import InvalidMessageError
-from ...ids import uuid7
 from ...write import enqueue
-from ..message import check_deliver_at, check_key
+from ..message import Envelope, validated
+from ..message import message_row as row_of
 from .mime import check_size
 from .payload import DEFAULT_DESTINATION, EMAIL_TYPE, validate_payload
 
+#: The producer API's fields that are the email itself (the rest are its `Envelope`).
+_ENVELOPE = ("key", "message_id", "deliver_at", "max_attempts")
 
-def email_row(
-    *,
-    to: Sequence[str] | str = (),
-    subject: str,
-    html: str | None = None,
-    text: str | None = None,
-    cc: Sequence[str] | str = (),
-    bcc: Sequence[str] | str = (),
-    reply_to: Sequence[str] | str = (),
-    sender: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    tags: Mapping[str, str] | None = None,
-    configuration_set: str | None = None,
-    attachments: Iterable[Any] = (),
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    key: str | None = None,
-    now: datetime | None = None,
-) -> dict[str, Any]:
-    """Validate an email and return the parameters of `sql.producer.insert_message`.
-    Raises `InvalidMessageError` naming the field; see `enqueue_email`."""
-    data: dict[str, Any] = {
-        "from": sender, "to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to, "subject": subject,
-        "html": html, "text": text, "headers": dict(headers or {}), "tags": dict(tags or {}),
-        "configuration_set": configuration_set,
-        "attachments": list(attachments),
-    }
+
+def message_row(fields: Mapping[str, Any], now: datetime | None = None,
+                context: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Validate an email given as `enqueue_email`'s keyword arguments and return the row
+    to write; the trace context goes into the message's headers column, as for every
+    channel (the relay adds it to the email's headers). Raises `InvalidMessageError`
+    naming the field; see `enqueue_email`."""
+    data = {("from" if name == "sender" else name): value for name, value in fields.items()
+            if name not in _ENVELOPE and value is not None}
+    data["headers"], data["tags"] = dict(data.get("headers") or {}), dict(data.get("tags") or {})
+    data["attachments"] = list(data.get("attachments") or ())
     try:
         payload = validate_payload(data)
         check_size(payload)
@@ -51,57 +36,19 @@ def email_row(
         if exc.field == "from":
             raise InvalidMessageError("sender", exc.problem) from None
         raise
-    mid = _message_id(message_id)
     try:
-        key = check_key(key)
-    except ValueError as exc:
-        raise InvalidMessageError("key", str(exc)) from None
-    if deliver_at is not None:
-        if not isinstance(deliver_at, datetime):
-            raise InvalidMessageError("deliver_at", "must be a timezone-aware datetime")
-        try:
-            check_deliver_at(deliver_at, now)
-        except ValueError as exc:
-            raise InvalidMessageError("deliver_at", str(exc)) from None
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-                                     or not 1 <= max_attempts <= 1000):
-        raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000")
-    return {
-        "message_id": mid,
-        "channel": "ses",
-        "destination": payload.configuration_set or DEFAULT_DESTINATION,
-        "type": EMAIL_TYPE,
-        "key": key,
-        "payload": payload.to_json(),
-        "headers": None,
-        "max_attempts": max_attempts,
-        "deliver_at": deliver_at,
-    }
+        envelope = validated(Envelope, {name: fields[name] for name in _ENVELOPE if name in fields}, now)
+    except InvalidMessageError as exc:
+        if exc.field == "max_attempts":  # in the words of the SQL function outbox_enqueue_email_v1
+            raise InvalidMessageError("max_attempts", "must be an integer from 1 to 1000") from None
+        raise
+    return row_of(envelope, "ses", payload.configuration_set or DEFAULT_DESTINATION, payload.to_json(), EMAIL_TYPE,
+                  json.dumps(context, separators=(",", ":")) if context else None)
 
 
-def _message_id(value: uuid.UUID | str | None) -> uuid.UUID:
-    if value is None:
-        return uuid7()
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise InvalidMessageError("message_id", "must be a UUID") from None
-
-
-def message_row(fields: Mapping[str, Any], now: datetime | None = None,
-                context: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`email_row` for the keyword arguments `fields`; the trace context goes into the
-    message's headers column, as for every channel (the relay adds it to the email's
-    headers). Raises `InvalidMessageError` naming the field."""
-    try:
-        row = email_row(**fields, now=now)
-    except TypeError as exc:  # a keyword enqueue_email does not take
-        raise InvalidMessageError("message", str(exc).replace("email_row()", "enqueue_email()")) from None
-    if context:
-        row["headers"] = json.dumps(context, separators=(",", ":"))
-    return row
+def email_row(**fields: Any) -> dict[str, Any]:
+    """`message_row` of `enqueue_email`'s keyword arguments."""
+    return message_row(fields)
 
 
 def enqueue_email(
