@@ -250,8 +250,6 @@ class Settings(SdkEnvironment):
                 parse_database_url(self.database_url)
             except ValueError as exc:
                 raise ValueError(f"DATABASE_URL: {exc}") from None
-        if self.relays and self.channel.value not in {spec.name for spec in self.channels}:
-            raise ValueError(f"OUTBOX_CHANNEL: these settings do not hold channel {self.channel.value}'s")
         for spec in self.channels:
             spec.check_settings(self, self.relays and self.channel == spec.name)
         return self

@@ -157,7 +157,7 @@ def test_the_producer_api_writes_only_registered_channels() -> None:
     from outbox_relay.errors import InvalidMessageError
     from outbox_relay.producer import insert_message
 
-    row = dict(spec_for("redis").validate_message(stream="orders", type="order.placed", payload={}),
+    row = dict(spec_for("redis").message_row({"stream": "orders", "type": "order.placed", "payload": {}}),
                channel="carrier-pigeon")
     # Then it is refused before any statement runs, naming the field
     with pytest.raises(InvalidMessageError) as err:

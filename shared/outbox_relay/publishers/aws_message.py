@@ -57,11 +57,6 @@ def headers_of(row: Mapping[str, Any]) -> dict[str, str] | None:
     return json.loads(text) if text else None
 
 
-def given(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields a producer gave (a named function passes None for those it was not given)."""
-    return {k: v for k, v in fields.items() if v is not None or k == "payload"}
-
-
 def checked_size(channel: str, row: Mapping[str, Any], size: int) -> Mapping[str, Any]:
     if size > MAX_AWS_MESSAGE_BYTES:
         raise InvalidMessageError("payload", f"makes the {channel} message {size} bytes with its "
@@ -124,9 +119,8 @@ def attributed_row(channel: str, fields: Mapping[str, Any], now: datetime | None
     refuses) and return the row to write. The trace `context` becomes attributes only
     where they fit: within ten attributes and 256 KiB (a context never makes a valid
     message invalid). Raises `InvalidMessageError` naming the field."""
-    data = given(fields)
-    row = _attributed(channel, data, now, check_text)
-    headers = data.get("headers")
+    row = _attributed(channel, fields, now, check_text)
+    headers = fields.get("headers")
     if not context or (isinstance(headers, Mapping) and TRACEPARENT in headers):
         return row
     context = dict(context)
@@ -135,7 +129,7 @@ def attributed_row(channel: str, fields: Mapping[str, Any], now: datetime | None
     if len(headers or {}) + len(context) > MAX_HEADERS:
         return row
     try:
-        return _attributed(channel, {**data, "message_id": row["message_id"],
+        return _attributed(channel, {**fields, "message_id": row["message_id"],
                                      "headers": with_context(headers, context)}, now, check_text)
     except InvalidMessageError:
         return row

@@ -123,16 +123,10 @@ def _not_blank(v: str) -> str:
     return check_text(v)
 
 
-def _aware(v: datetime | None) -> datetime | None:
-    if v is not None and (v.tzinfo is None or v.utcoffset() is None):
-        raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
-    return v
-
-
 OrderingKey = Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)]
 # Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
 # "3"), epoch seconds, floats and booleans are refused rather than converted.
-DeliverAt = Annotated[datetime | None, Field(strict=True), AfterValidator(_aware)]
+DeliverAt = Annotated[datetime | None, Field(strict=True)]
 MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
 
 
@@ -148,7 +142,7 @@ class Envelope(BaseModel):
     max_attempts: MaxAttempts = None
 
 
-class Message(BaseModel):
+class Message(Envelope):
     """A message of a type, a JSON payload and string headers, as the producer API
     validates it (a channel's own message adds its fields)."""
 
@@ -156,17 +150,13 @@ class Message(BaseModel):
 
     type: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_not_blank)]
     payload: Any
-    key: OrderingKey = None
     headers: dict[str, str] | None = None
-    message_id: uuid.UUID | None = None
-    deliver_at: DeliverAt = None
-    max_attempts: MaxAttempts = None
 
 
 def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | None = None) -> Any:
-    """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against `now` (default:
-    the current time; a bulk call passes one time to every message). Raises
-    `InvalidMessageError` naming the field."""
+    """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against
+    `now` (default: the current time; a bulk call passes one time to every message): aware,
+    within `DELIVER_AT_WINDOW`. Raises `InvalidMessageError` naming the field."""
     try:
         m = model(**data)
     except ValidationError as exc:

@@ -106,10 +106,6 @@ class ChannelSpec:
         """The row the producer API writes for these fields (`messages`)."""
         return importlib.import_module(self.messages).message_row(fields, now, context)
 
-    def validate_message(self, **fields: Any) -> Mapping[str, Any]:
-        """The row the producer API would write for these keyword arguments."""
-        return self.message_row(fields)
-
     def producer_function(self) -> Callable[..., Any]:
         """Its named producer API function (`producer.<producer>`)."""
         return getattr(importlib.import_module(self.messages), self.producer)

@@ -9,14 +9,12 @@ import uuid
 from datetime import datetime
 from typing import Any, Mapping
 
-from pydantic import Field, field_validator
-
 from ...errors import InvalidMessageError
 from ...write import enqueue
-from ..aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, checked_size, given
+from ..aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, checked_size
 from ..message import Message, json_text, payload_text, validated
 from ..message import message_row as row_of
-from .settings import check_bus, check_source
+from .settings import Bus, Source
 
 #: The detail field that carries the message id (EventBridge does not deduplicate).
 DETAIL_ID_FIELD = "outbox-message-id"
@@ -26,18 +24,8 @@ DETAIL_ID_FIELD = "outbox-message-id"
 class EventBridgeMessage(Message):
     """An EventBridge event: the payload is its detail (a JSON object), `type` its detail-type."""
 
-    source: str | None = Field(default=None, min_length=1, max_length=256)
-    bus: str | None = Field(default=None, min_length=1, max_length=1600)
-
-    @field_validator("source")
-    @classmethod
-    def _source(cls, v: str | None) -> str | None:
-        return None if v is None else check_source(v)
-
-    @field_validator("bus")
-    @classmethod
-    def _bus(cls, v: str | None) -> str | None:
-        return None if v is None else check_bus(v)
+    source: Source = None
+    bus: Bus = None
 
 
 def detail_text(payload_json: str, message_id: str) -> str:
@@ -59,7 +47,7 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     """Validate one event and return the row to write: the source the producer chose and
     the trace context ride in the headers column (read by the publisher; the context is
     sent as the entry's TraceHeader). Raises `InvalidMessageError` naming the field."""
-    m: EventBridgeMessage = validated(EventBridgeMessage, given(fields), now)
+    m: EventBridgeMessage = validated(EventBridgeMessage, fields, now)
     text = payload_text(m.payload, MAX_AWS_MESSAGE_BYTES)
     if not isinstance(m.payload, dict):
         raise InvalidMessageError("payload", "must be a JSON object (it is the event's detail)")
