@@ -153,6 +153,19 @@ class Message(Envelope):
     headers: dict[str, str] | None = None
 
 
+def refused(exc: ValidationError) -> InvalidMessageError:
+    """The first error pydantic found, naming its field as the producer wrote it
+    (``headers.x``, ``to[1]``)."""
+    err = exc.errors()[0]
+    field = ""
+    for part in err.get("loc", ()):
+        if isinstance(part, int):
+            field += f"[{part}]"
+        elif part not in ("function-after", "function-before"):
+            field += ("." if field else "") + str(part)
+    return InvalidMessageError(field or "message", str(err.get("msg", "invalid")).removeprefix("Value error, "))
+
+
 def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | None = None) -> Any:
     """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against
     `now` (default: the current time; a bulk call passes one time to every message): aware,
@@ -160,9 +173,7 @@ def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | N
     try:
         m = model(**data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "message"
-        raise InvalidMessageError(field, str(err.get("msg", "invalid")).removeprefix("Value error, ")) from None
+        raise refused(exc) from None
     except TypeError as exc:
         raise InvalidMessageError("message", str(exc)) from None
     if m.deliver_at is not None:
