@@ -100,8 +100,9 @@ def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: s
 
     Each element is a mapping with the keyword arguments of the channel's named
     function (for Redis, `enqueue_event`'s: `stream`, `type`, `payload`, optional
-    `key`, `message_id`, `deliver_at`, `max_attempts`, `headers`). Every message is validated before anything is
-    written (an iterator is read into a list first); an invalid one raises
+    `key`, `message_id`, `deliver_at`, `max_attempts`, `headers`). Every message is
+    validated before anything is written (an iterator is read into a list first); an
+    invalid one raises
     `InvalidMessageError` whose field is prefixed with its position, e.g.
     ``messages[3].payload``. Returns the message ids in order.
 
@@ -137,7 +138,7 @@ def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: s
             row = spec.message_row(item, now, context)
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"messages[{i}].{exc.field}", exc.problem) from None
-        if isinstance(item, Mapping) and item.get("message_id") is not None:  # generated ids never repeat
+        if item.get("message_id") is not None:  # generated ids never repeat
             _check_repeats(spec, data, holders, i, row, now)
         ids.append(row["message_id"])
         n = len(row["payload"].encode("utf-8")) + (len(row["headers"].encode("utf-8")) if row["headers"] else 0)
