@@ -25,28 +25,6 @@ class OrderingOnDead(str, enum.Enum):
     BLOCK = "block"  # they wait until the dead letter is redriven or discarded
 
 
-class RedisTrim(str, enum.Enum):
-    """How streams are kept to OUTBOX_REDIS_MAXLEN (OUTBOX_REDIS_TRIM; docs/channels.md, "Trimming")."""
-
-    MAXLEN = "maxlen"  # XADD MAXLEN ~ n: oldest entries go, read or not
-    ACKNOWLEDGED = "acknowledged"  # only entries every consumer group has acknowledged go
-
-
-class RedisOnFull(str, enum.Enum):
-    """What `acknowledged` trimming does with a stream at its bound because a consumer group
-    lags (OUTBOX_REDIS_ON_FULL)."""
-
-    HOLD = "hold"  # publish nothing more to it: released with attempts refunded, metric StreamFull
-    TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
-
-
-class RedisFormat(str, enum.Enum):
-    """The layout of a stream entry's fields (OUTBOX_REDIS_FORMAT; docs/channels.md, "Entry layouts")."""
-
-    FIELDS = "fields"  # id, type, key, payload, created_at, headers, traceparent, tracestate
-    CLOUDEVENTS = "cloudevents"  # CloudEvents 1.0 attributes, one field each, the payload as `data`
-
-
 class Status(str, enum.Enum):
     """Lifecycle states of an outbox message (docs/design.md, "Message lifecycle")."""
 
