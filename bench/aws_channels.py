@@ -1,15 +1,16 @@
-"""SQS, SNS and EventBridge channels: drain throughput and round trips per batch,
+"""SQS, SNS, EventBridge and Kinesis channels: drain throughput and round trips per batch,
 through moto in server mode.
 
 moto runs in a process of its own (`serve`, the hidden `python -m bench
 aws-server`): a `moto.server.ThreadedMotoServer` on a loopback port, which the
 relay reaches over HTTP through ``AWS_ENDPOINT_URL_SQS`` / ``_SNS`` /
-``_EVENTBRIDGE``, as it would reach AWS. The server records, per batch call it
+``_EVENTBRIDGE`` / ``_KINESIS``, as it would reach AWS. The server records, per batch call it
 accepted, the entries and their bytes as AWS counts them against its 256 KiB
-(body and attributes; detail, detail-type, source and 14 bytes of time), and
-each message id with its ``MessageGroupId`` in acceptance order. moto refuses
-more than 10 entries a call itself; the 256 KiB are the publisher's to keep, and
-the bench checks that no call went over either.
+(body and attributes; detail, detail-type, source and 14 bytes of time; a
+record's data and partition key), and each message id with its ``MessageGroupId``
+(a record's partition key) in acceptance order. moto refuses more entries a call
+than the service takes itself; the bytes are the publisher's to keep, and the
+bench checks that no call went over either (the channel's spec's limits).
 
 One change makes moto no rougher than AWS where it would decide the figure: moto
 computes every attribute of a queue, counting its messages (three passes over
@@ -20,11 +21,12 @@ no replication), so the figures are relative: to the same channel's minimal
 loop on the same server, in the same run.
 
 Per channel and variant (standard, keyless; FIFO, each message with one of
-1,000 ordering keys as its ``MessageGroupId``), each on a destination of its own:
+1,000 ordering keys as its ``MessageGroupId``; keyed, a Kinesis stream's records
+over 1,000 ordering keys as partition keys), each on a destination of its own:
 
 - *the channel's minimal loop*: pg8000's native API claims up to `batch_size`
   due rows in one statement (as `limit`), the same request entries the relay
-  would send go out in calls of 10, at most 4 at once (the relay's default
+  would send go out in calls as full as the service takes (10; Kinesis 500), at most 4 at once (the relay's default
   concurrency), with no per-key rounds, one ``UPDATE`` marks them delivered;
 - *the relay*: the real handler (`handler.relay`) with ``OUTBOX_CHANNEL`` set,
   in drain mode, one invocation over the backlog. Every HTTP call its client
@@ -59,10 +61,12 @@ from . import lambda_model
 from .env import BenchEnv, process_cpu_seconds
 
 REGION = "us-east-1"
-ENTRIES_PER_CALL = 10
-BYTES_PER_CALL = 256 * 1024
 CONCURRENCY = 4
 FIFO_KEYS = 1_000
+#: Variants whose messages carry one of FIFO_KEYS ordering keys.
+KEYED = ("fifo", "keyed")
+#: Shards of a Kinesis run's stream.
+SHARDS = 4
 
 #: Per channel: the service's name in messages, the operation of its batch calls,
 #: the endpoint variable, and the variants run.
@@ -73,7 +77,17 @@ CHANNELS: dict[str, dict[str, Any]] = {
             "variants": ("standard", "fifo")},
     "eventbridge": {"service": "EventBridge", "operation": "PutEvents", "endpoint": "AWS_ENDPOINT_URL_EVENTBRIDGE",
                     "variants": ("standard",)},
+    "kinesis": {"service": "Kinesis", "operation": "PutRecords", "endpoint": "AWS_ENDPOINT_URL_KINESIS",
+                "variants": ("standard", "keyed")},
 }
+
+
+def _limits(channel: str) -> tuple[int, int]:
+    """(entries, bytes) one call of the channel carries, as its spec gives them."""
+    from outbox_relay.publishers.registry import spec_for
+
+    limits = spec_for(channel).limits
+    return int(limits.entries_per_call or 0), int(limits.bytes_per_call or 0)
 
 
 # --- the server's side: moto in its own process ------------------------------------------------
@@ -179,6 +193,18 @@ def _install() -> None:
 
     EventsBackend.put_events = events_put_events
 
+    from moto.kinesis.models import KinesisBackend
+
+    put_records = KinesisBackend.put_records
+
+    def kinesis_put_records(self: Any, stream_arn: str, stream_name: str, records: list[dict[str, Any]]) -> Any:
+        reply = put_records(self, stream_arn, stream_name, records)
+        _note([(json.loads(r["Data"])["id"], r["PartitionKey"], len(r["Data"]) + len(r["PartitionKey"].encode()))
+               for r, answer in zip(records, reply["Records"]) if answer.get("SequenceNumber")])
+        return reply
+
+    KinesisBackend.put_records = kinesis_put_records
+
 
 def serve() -> None:
     """(the server's process) moto on a free loopback port: print the port, then answer
@@ -268,14 +294,14 @@ def _client(channel: str, url: str) -> Any:
     from outbox_relay.publishers.aws_client import create_client
     from outbox_tools.lambda_local import environment
 
-    service = {"sqs": "sqs", "sns": "sns", "eventbridge": "events"}[channel]
+    service = {"sqs": "sqs", "sns": "sns", "eventbridge": "events", "kinesis": "kinesis"}[channel]
     with environment(**{"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": None,
                         "AWS_PROFILE": None, "AWS_ENDPOINT_URL": None, CHANNELS[channel]["endpoint"]: url}):
         return create_client(service, CHANNELS[channel]["service"], max_concurrency=CONCURRENCY, region_name=REGION)
 
 
 def _destination(channel: str, client: Any, variant: str) -> dict[str, str]:
-    """A new queue, topic or bus for one run: the relay's setting that names it."""
+    """A new queue, topic, bus or stream for one run: the relay's setting that names it."""
     name = f"outbox-bench-{uuid.uuid4().hex[:10]}"
     fifo = variant == "fifo"
     if channel == "sqs":
@@ -286,6 +312,9 @@ def _destination(channel: str, client: Any, variant: str) -> dict[str, str]:
         attributes = {"FifoTopic": "true"} if fifo else {}
         arn = client.create_topic(Name=name + (".fifo" if fifo else ""), Attributes=attributes)["TopicArn"]
         return {"OUTBOX_SNS_TOPIC_ARN": arn}
+    if channel == "kinesis":
+        client.create_stream(StreamName=name, ShardCount=SHARDS)
+        return {"OUTBOX_KINESIS_STREAM": name}
     client.create_event_bus(Name=name)
     return {"OUTBOX_EVENTBRIDGE_BUS": name}
 
@@ -348,9 +377,14 @@ CLAIM = """
 def _requests(channel: str, rows: list[Any], setting: dict[str, str], fifo: bool) -> list[dict[str, Any]]:
     """The request entries the relay sends for these rows, built inline."""
     from outbox_relay.publishers.aws_message import ID_ATTRIBUTE, KEY_ATTRIBUTE, TYPE_ATTRIBUTE
+    from outbox_relay.publishers.kinesis.records import partition_key, record_data
 
     out = []
     for i, (_, message_id, type_, key, payload) in enumerate(rows):
+        if channel == "kinesis":
+            out.append({"Data": record_data(message_id, type_, key, None, payload).encode(),
+                        "PartitionKey": partition_key(key, message_id)})
+            continue
         if channel == "eventbridge":
             detail = f'{{"{ID_ATTRIBUTE}":"{message_id}",' + payload.strip()[1:]
             out.append({"Source": "outbox.relay", "DetailType": type_, "Detail": detail,
@@ -376,6 +410,9 @@ def _send(channel: str, client: Any, setting: dict[str, str], entries: list[dict
     elif channel == "sns":
         reply = client.publish_batch(TopicArn=setting["OUTBOX_SNS_TOPIC_ARN"], PublishBatchRequestEntries=entries)
         failed = reply.get("Failed")
+    elif channel == "kinesis":
+        failed = client.put_records(StreamName=setting["OUTBOX_KINESIS_STREAM"], Records=entries
+                                    ).get("FailedRecordCount")
     else:
         failed = client.put_events(Entries=entries).get("FailedEntryCount")
     if failed:
@@ -389,6 +426,7 @@ def drain_minimal(env: BenchEnv, channel: str, client: Any, setting: dict[str, s
 
     con = _connect(env.database_url)
     owner = f"limit:{uuid.uuid4().hex[:8]}"
+    per_call = _limits(channel)[0]
     delivered = batches = 0
     try:
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
@@ -397,7 +435,7 @@ def drain_minimal(env: BenchEnv, channel: str, client: Any, setting: dict[str, s
                 if not rows:
                     return delivered, batches
                 requests = _requests(channel, rows, setting, fifo)
-                calls = [requests[i:i + ENTRIES_PER_CALL] for i in range(0, len(requests), ENTRIES_PER_CALL)]
+                calls = [requests[i:i + per_call] for i in range(0, len(requests), per_call)]
                 list(pool.map(lambda entries: _send(channel, client, setting, entries), calls))
                 con.run(DONE, seqs=[r[0] for r in rows])
                 delivered += len(rows)
@@ -479,7 +517,7 @@ def _minimal_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, 
     fifo = variant == "fifo"
     client = _client(channel, server.url)
     setting = _destination(channel, client, variant)
-    _prepare(env, channel, n, FIFO_KEYS if fifo else None)
+    _prepare(env, channel, n, FIFO_KEYS if variant in KEYED else None)
     server.take()
     with lambda_model.holding():
         cpu0, client0, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
@@ -512,7 +550,7 @@ def _relay_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, *,
     setting = _destination(channel, _client(channel, server.url), variant)
     extra = aws_environment(channel, server.url) | DRAIN_ENV | setting
     with relay(env, batch_size, channel=channel, timeout_seconds=600, extra_env=extra) as r:
-        _prepare(env, channel, n, FIFO_KEYS if variant == "fifo" else None)
+        _prepare(env, channel, n, FIFO_KEYS if variant in KEYED else None)
         warm(r)
         counter = CallCounter(r.deps.publisher.client)
         server.take()
@@ -547,7 +585,8 @@ def _relay_run(env: BenchEnv, server: MotoServer, channel: str, variant: str, *,
                   "out_of_order": violations,
                   "ok": (delivered == n == record["entries"] == ids == counts.get("delivered", 0)
                          and record["calls"] == calls.get(operation, 0) and violations == 0
-                         and record["max_entries"] <= ENTRIES_PER_CALL and record["max_bytes"] <= BYTES_PER_CALL)},
+                         and record["max_entries"] <= _limits(channel)[0]
+                         and record["max_bytes"] <= _limits(channel)[1])},
     }
 
 
@@ -573,7 +612,7 @@ def _variant(env: BenchEnv, server: MotoServer, channel: str, variant: str, *, n
     m, r = _median(minimal), _median(relayed)
     ratio = (r["messages_per_second"] / m["messages_per_second"]
              if r["messages_per_second"] and m["messages_per_second"] else None)
-    return {"variant": variant, "keys": FIFO_KEYS if variant == "fifo" else None, "minimal": m, "relay": r,
+    return {"variant": variant, "keys": FIFO_KEYS if variant in KEYED else None, "minimal": m, "relay": r,
             "vs_minimal": None if ratio is None else round(ratio, 3),
             "rounds": [{"minimal_messages_per_second": a["messages_per_second"],
                         "relay_messages_per_second": b["messages_per_second"]} for a, b in zip(minimal, relayed)],
@@ -588,12 +627,13 @@ def _us(end: float | None, start: float | None, n: int) -> float | None:
 
 def run_aws_channel(env: BenchEnv, channel: str, *, n: int, batch_size: int = 1000,
                     rounds: int = 5) -> dict[str, Any]:
-    """The section of `channel` (sqs, sns, eventbridge): each variant's minimal loop and relay."""
+    """The section of `channel` (sqs, sns, eventbridge, kinesis): each variant's minimal loop and relay."""
     spec = CHANNELS[channel]
     server = moto_server()
     runs = [_variant(env, server, channel, variant, n=n, batch_size=batch_size, rounds=rounds)
             for variant in spec["variants"]]
     return {"channel": channel, "service": spec["service"], "operation": spec["operation"], "messages": n,
             "batch_size": batch_size, "rounds": rounds, "concurrency": CONCURRENCY, "fifo_keys": FIFO_KEYS,
+            "entries_per_call": _limits(channel)[0], "bytes_per_call": _limits(channel)[1],
             "level": "real handler (functions/relay/app.py), drain mode, one invocation; moto server in its own "
                      "process", "runs": runs}

@@ -26,13 +26,13 @@ from . import payloads, report
 from .env import BenchEnv, machine_info
 
 SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency", "recovery",
-            "growth", "memory", "ses", "sqs", "sns", "eventbridge")
+            "growth", "memory", "ses", "sqs", "sns", "eventbridge", "kinesis")
 #: Sections whose invocations (and minimal loops) are held to Lambda's CPU at the function's
 #: memory: in processes of their own, or the bench's process while their timed part runs.
 #: The others measure what the share does not change (memory, instructions, SES's send rate
 #: against moto in this process, the feedback handler's recording).
 HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency",
-                 "recovery", "sqs", "sns", "eventbridge", "redis")
+                 "recovery", "sqs", "sns", "eventbridge", "kinesis", "redis")
 #: The template's bounds of FunctionMemoryMB.
 MEMORY_MB = (128, 10240)
 
@@ -223,6 +223,7 @@ def _run_each(env: BenchEnv, cfg: Config, sections: list[str], run: str, console
         "sqs": lambda: _aws(env, cfg, console, "sqs"),
         "sns": lambda: _aws(env, cfg, console, "sns"),
         "eventbridge": lambda: _aws(env, cfg, console, "eventbridge"),
+        "kinesis": lambda: _aws(env, cfg, console, "kinesis"),
         "feedback": lambda: _feedback(env, cfg, console),
         "instructions": lambda: _instructions(env, cfg, console),
         "phases": lambda: _phases(env, cfg, console),
@@ -586,10 +587,12 @@ _make("memory", ("memory",), "Peak resident memory of one invocation per batch s
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
 for _channel, _what in (("sqs", "SQS through moto (standard and FIFO queues)"),
                         ("sns", "SNS through moto (standard and FIFO topics)"),
-                        ("eventbridge", "EventBridge through moto (a bus)")):
+                        ("eventbridge", "EventBridge through moto (a bus)"),
+                        ("kinesis", "Kinesis through moto (a stream of 4 shards, keyless and 1,000 keys)")):
     _make(_channel, (_channel,), f"{_what}: drain-mode msg/s as a ratio to the channel's minimal loop on the same "
           "server, HTTP calls and statements per batch.")
-_make("aws", ("sqs", "sns", "eventbridge"), "SQS, SNS and EventBridge through one moto server, in one run.")
+_make("aws", ("sqs", "sns", "eventbridge", "kinesis"), "SQS, SNS, EventBridge and Kinesis through one moto server, "
+      "in one run.")
 _make("feedback", ("feedback",), "SES feedback: events recorded per second through the feedback handler, and "
       "the SES send path with the suppression list on as a ratio to off (interleaved rounds); not part of all.")
 _make("redis", ("redis",), "Redis as on AWS, on servers of its own: one node vs a cluster of 3 primaries, WAIT 1 vs "
@@ -635,7 +638,7 @@ def docs(path: Path) -> None:
 
 @main.command(name="aws-server", hidden=True)
 def aws_server() -> None:
-    """(internal) moto in server mode for the SQS, SNS and EventBridge sections (see bench/aws_channels.py)."""
+    """(internal) moto in server mode for the SQS, SNS, EventBridge and Kinesis sections (see bench/aws_channels.py)."""
     from .aws_channels import serve
 
     serve()

@@ -201,8 +201,10 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         if not section or not section.get("runs"):
             continue
         relayed = [r["relay"] for r in section["runs"]]
+        per_call = section.get("bytes_per_call", 256 * 1024)
+        size = f"{per_call // 1024} KiB" if per_call < 1024 * 1024 else f"{per_call // (1024 * 1024)} MiB"
         add(f"{section['service']} through moto: every message accepted once, in its key's order, no call over "
-            "10 entries or 256 KiB", "all runs checked",
+            f"{section.get('entries_per_call', 10)} entries or {size}", "all runs checked",
             "; ".join(f"{_aws_variant(r)}: {r['relay']['max_entries_per_call']} entries, "
                       f"{r['relay']['max_bytes_per_call']:,} bytes at most, {r['relay']['check']['out_of_order']} "
                       f"out of order" for r in section["runs"]),
@@ -664,12 +666,12 @@ def _when(section: dict[str, Any]) -> str:
     return f"; run {section['started_at']}, load average {section.get('load_average_at_start')}"
 
 
-AWS_CHANNELS = ("sqs", "sns", "eventbridge")
+AWS_CHANNELS = ("sqs", "sns", "eventbridge", "kinesis")
 
 
 def _aws_title(section: dict[str, Any]) -> str:
     return (f"{section['service']} through moto: {section['messages']:,} messages, batch {section['batch_size']:,}, "
-            f"{section['operation']} calls of up to 10, {section['concurrency']} at once")
+            f"{section['operation']} calls of up to {section.get('entries_per_call', 10)}, {section['concurrency']} at once")
 
 
 def _aws_rounds(section: dict[str, Any]) -> str:
@@ -708,7 +710,7 @@ def aws_summary(results: dict[str, Any]) -> str | None:
         return None
     return ("Drain throughput is the Redis channel's; through moto, which answers faster than AWS, the other relays "
             "drain at " + "; ".join(parts) + " their channel's minimal loop (`python -m bench sqs`, `sns`, "
-            "`eventbridge`).")
+            "`eventbridge`, `kinesis`).")
 
 
 def markdown(results: dict[str, Any]) -> str:

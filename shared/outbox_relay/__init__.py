@@ -1,5 +1,5 @@
-"""outbox-relay: a serverless transactional-outbox relay (PostgreSQL → Redis Streams, Amazon SES, SQS, SNS
-and EventBridge).
+"""outbox-relay: a serverless transactional-outbox relay (PostgreSQL → Redis Streams, Amazon SES, SQS, SNS,
+EventBridge and Kinesis).
 
 The producer API, for application code inside its own SQLAlchemy transaction
 (`outbox_relay.producer`): `enqueue(conn, channel=…, **fields)` for any registered

@@ -95,13 +95,15 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["runs"])
     ses = results["ses"]
     assert ses["check"]["ok"] and ses["busiest_second"] <= ses["max_send_rate"]
-    # SQS, SNS and EventBridge through a moto server: the channel's minimal loop and the relay, batch 100
-    gates = {"sqs": "GetQueueAttributes", "sns": "GetTopicAttributes", "eventbridge": "DescribeEventBus"}
+    # SQS, SNS, EventBridge and Kinesis through a moto server: the channel's minimal loop and the relay, batch 100
+    gates = {"sqs": "GetQueueAttributes", "sns": "GetTopicAttributes", "eventbridge": "DescribeEventBus",
+             "kinesis": "DescribeStreamSummary"}
+    variants = {"eventbridge": ["standard"], "kinesis": ["standard", "keyed"]}
     for channel, gate in gates.items():
         section = results[channel]
+        per_call = 500 if channel == "kinesis" else 10  # a call's entries; a batch of 100 is 1 or 10 calls
         assert section["batch_size"] == 100 and section["rounds"] == 1
-        assert [r["variant"] for r in section["runs"]] == (["standard"] if channel == "eventbridge"
-                                                           else ["standard", "fifo"])
+        assert [r["variant"] for r in section["runs"]] == variants.get(channel, ["standard", "fifo"])
         for r in section["runs"]:
             relayed, minimal = r["relay"], r["minimal"]
             assert r["check"]["ok"] and relayed["delivered"] == minimal["delivered"] == 300 and r["vs_minimal"] > 0
@@ -111,20 +113,25 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
             # with 1,000 keys a key's second message in a batch waits for a later call
             assert calls[gate] == 1 and set(calls) == {gate, section["operation"]}
             assert relayed["check"]["server_calls"] == calls[section["operation"]]
-            assert relayed["max_entries_per_call"] <= 10 and relayed["max_bytes_per_call"] <= 256 * 1024
+            assert relayed["max_entries_per_call"] <= per_call
+            assert relayed["max_bytes_per_call"] <= (5 * 1024 * 1024 if channel == "kinesis" else 256 * 1024)
+            full = 300 // min(per_call, 100)
             if r["variant"] == "standard":
-                assert calls[section["operation"]] == 30 and relayed["entries_per_call"] == 10
+                assert calls[section["operation"]] == full and relayed["entries_per_call"] == min(per_call, 100)
             else:
-                assert calls[section["operation"]] > 30 and relayed["check"]["out_of_order"] == 0
+                assert calls[section["operation"]] > full and relayed["check"]["out_of_order"] == 0
             # per batch a claim and the outcome writes, one per round of calls (sooner only when a result
             # waited a second), far fewer than the calls; besides, the claim that finds nothing
             writes = relayed["outcome_writes"]
             total = round(writes["per_batch"] * 3)
-            assert 3 <= total < calls[section["operation"]] and 0 < writes["share_of_wall"] < 1
+            assert 3 <= total <= calls[section["operation"]] and 0 < writes["share_of_wall"] < 1
+            assert per_call > 100 or total < calls[section["operation"]]
             assert round(relayed["statements_per_batch"] * 3) == total + 3 + 1
     targets = {t["target"]: t for t in results["targets"]}
     assert all(targets[f"{service} through moto: every message accepted once, in its key's order, no call over 10 "
                        "entries or 256 KiB"]["met"] for service in ("SQS", "SNS", "EventBridge"))
+    assert targets["Kinesis through moto: every message accepted once, in its key's order, no call over 500 "
+                   "entries or 5 MiB"]["met"]
     assert "SQS through moto" in proc.stdout and "EventBridge through moto" in proc.stdout
     assert targets["Round trips per batch constant over batch sizes"]["met"]
     assert targets["Ordering keys: one key for every message (reported, order checked)"]["met"]

@@ -56,6 +56,7 @@ _AWS = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_
 SQS = {**_AWS, "OUTBOX_CHANNEL": "sqs", "OUTBOX_SQS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q"}
 SNS = {**_AWS, "OUTBOX_CHANNEL": "sns", "OUTBOX_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:t"}
 EVENTBRIDGE = {**_AWS, "OUTBOX_CHANNEL": "eventbridge"}
+KINESIS = {**_AWS, "OUTBOX_CHANNEL": "kinesis", "OUTBOX_KINESIS_STREAM": "orders"}
 NO_URL = {"DATABASE_URL": None}
 #: Latency mode, whose pollers read OUTBOX_POLLER_TTL_SECONDS and OUTBOX_SUCCESSOR_LEAD_SECONDS (decision 0057).
 LATENCY = {"OUTBOX_MODE": "latency"}
@@ -85,7 +86,7 @@ FEEDBACK = ("relay", "--function", "feedback", "--event", str(ROOT / "events" / 
 # a Unix socket where nothing listens, `{refusing}` with one where a server refuses every
 # database (`support.refusing_postgres`).
 ENV: dict[str, list[Bad]] = {
-    "OUTBOX_CHANNEL": [Bad("kafka", "'sns' or 'eventbridge'")],
+    "OUTBOX_CHANNEL": [Bad("kafka", "'eventbridge' or 'kinesis'")],
     "DATABASE_URL": [
         Bad("postgresqlgarbage", "not a SQLAlchemy URL"),
         Bad("postgresql+pg8000://postgres@127.0.0.1:abc/x", "port"),
@@ -219,6 +220,10 @@ ENV: dict[str, list[Bad]] = {
     "AWS_ENDPOINT_URL_SQS": [Bad("garbage", "http:// or https:// URL", env=SQS)],
     "AWS_ENDPOINT_URL_SNS": [Bad("garbage", "http:// or https:// URL", env=SNS)],
     "AWS_ENDPOINT_URL_EVENTBRIDGE": [Bad("garbage", "http:// or https:// URL", env=EVENTBRIDGE)],
+    "OUTBOX_KINESIS_STREAM": [Bad("my stream", "stream name", env=KINESIS),
+                              Bad("", "set the stream's name or ARN", env=KINESIS)],
+    "OUTBOX_KINESIS_MAX_CONCURRENCY": [Bad("0", "greater than or equal to 1", env=KINESIS)],
+    "AWS_ENDPOINT_URL_KINESIS": [Bad("garbage", "http:// or https:// URL", env=KINESIS)],
     "OUTBOX_RETAIN_DELIVERED_SECONDS": [Bad("0", "greater than 0")],
     "OUTBOX_RETAIN_DEAD_SECONDS": [Bad("1e16", "less than or equal")],
     "POWERTOOLS_LOG_LEVEL": [Bad("garbage", "DEBUG, INFO")],
@@ -250,6 +255,7 @@ REQUIRED = {
     ("enqueue-sqs",): ["--type", "t", "--payload", "{}"],
     ("enqueue-sns",): ["--type", "t", "--payload", "{}"],
     ("enqueue-eventbridge",): ["--type", "t", "--payload", "{}"],
+    ("enqueue-kinesis",): ["--type", "t", "--payload", "{}"],
     ("relay",): ["--event", REDIS_EVENT],
     ("purge",): ["--delivered-older-than", "7d"],
 }
@@ -269,10 +275,11 @@ class BadOption:
 
 
 def _aws_bad_options(files: dict[str, str]) -> list[BadOption]:
-    """The SQS, SNS and EventBridge enqueue commands (more rows: tests/unit/test_aws_cli.py)."""
-    sq, sn, eb = ("enqueue-sqs",), ("enqueue-sns",), ("enqueue-eventbridge",)
-    rows = []
-    for c in (sq, sn, eb):
+    """The SQS, SNS, EventBridge and Kinesis enqueue commands (more rows: tests/unit/test_aws_cli.py,
+    tests/unit/test_kinesis_channel.py)."""
+    sq, sn, eb, ki = ("enqueue-sqs",), ("enqueue-sns",), ("enqueue-eventbridge",), ("enqueue-kinesis",)
+    rows = [BadOption(ki, "--header", "no-equals-sign", "--header")]
+    for c in (sq, sn, eb, ki):
         rows += [BadOption(c, "--type", " ", "type:"), BadOption(c, "--payload", "{nope", "--payload"),
                  BadOption(c, "--payload", "null", "payload: is required"),
                  BadOption(c, "--payload", "@" + files["missing"], "--payload"),

@@ -246,7 +246,7 @@ def test_sam_local_invoke_environment_runs_the_handler(channel, request, databas
 def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
     # Given moto emptied, when outbox local's bridges prepare it
     from outbox_tools.sam_local.bridges import create_aws_destinations
-    from support.aws_downstream import BUS, QUEUE_NAME, TOPIC_ARN, client
+    from support.aws_downstream import BUS, QUEUE_NAME, STREAM_ARN, TOPIC_ARN, client
 
     create_aws_destinations(ROOT, ses.url, ses.region)
     create_aws_destinations(ROOT, ses.url, ses.region)  # twice: as start-lambda and invoke may
@@ -254,27 +254,30 @@ def test_outbox_local_creates_the_destinations_sam_env_names(ses) -> None:
     client("sqs", ses.url).get_queue_url(QueueName=QUEUE_NAME)
     client("sns", ses.url).get_topic_attributes(TopicArn=TOPIC_ARN)
     client("events", ses.url).describe_event_bus(Name=BUS)
+    client("kinesis", ses.url).describe_stream_summary(StreamARN=STREAM_ARN)
 
 
 def test_outbox_local_says_what_moto_recorded_for_each_aws_relay(ses) -> None:
     # Given the destinations outbox local prepares, and one message sent to each as its relay sends
     from outbox_tools.sam_local.bridges import aws_recorded, create_aws_destinations
-    from support.aws_downstream import BUS, QUEUE_NAME, TOPIC_ARN, client
+    from support.aws_downstream import BUS, QUEUE_NAME, STREAM_ARN, TOPIC_ARN, client
 
     create_aws_destinations(ROOT, ses.url, ses.region)
     assert set(aws_recorded(ROOT, ses.url, ses.region).values()) == {
         f"SQS (moto) holds 0 message(s) in {QUEUE_NAME}",
         f"SNS (moto) delivered 0 message(s) from {TOPIC_ARN.rsplit(':', 1)[1]} to a queue subscribed to it",
-        f"EventBridge (moto) recorded 0 event(s) on {BUS}"}
+        f"EventBridge (moto) recorded 0 event(s) on {BUS}",
+        f"Kinesis (moto) holds 0 record(s) in {STREAM_ARN.rsplit('/', 1)[1]}"}
     sqs = client("sqs", ses.url)
     sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=QUEUE_NAME)["QueueUrl"], MessageBody="{}")
     client("sns", ses.url).publish(TopicArn=TOPIC_ARN, Message="{}")
     client("events", ses.url).put_events(Entries=[{"Source": "shop", "DetailType": "t", "Detail": "{}",
                                                    "EventBusName": BUS}])
+    client("kinesis", ses.url).put_record(StreamName=STREAM_ARN.rsplit("/", 1)[1], Data=b"{}", PartitionKey="k")
     # Then each relay's line says what arrived
     notes = aws_recorded(ROOT, ses.url, ses.region)
-    assert [notes[f].split(" ")[3] for f in ("RelaySqsFunction", "RelaySnsFunction",
-                                              "RelayEventBridgeFunction")] == ["1", "1", "1"], notes
+    assert [notes[f].split(" ")[3] for f in ("RelaySqsFunction", "RelaySnsFunction", "RelayEventBridgeFunction",
+                                              "RelayKinesisFunction")] == ["1", "1", "1", "1"], notes
 
 
 @pytest.mark.slow  # a process

@@ -115,7 +115,7 @@ def test_ses_relay_in_a_container(sample, run, database_url, app_engine, redis_p
 
 
 #: The reference each AWS relay records as delivered: the service's own message or event id.
-DELIVERY_REF = {"sqs": "sqs:", "sns": "sns:", "eventbridge": "eventbridge:"}
+DELIVERY_REF = {"sqs": "sqs:", "sns": "sns:", "eventbridge": "eventbridge:", "kinesis": "kinesis:"}
 
 
 @pytest.mark.parametrize(("channel", "sample"), [(c, s) for c in AWS_CHANNELS for s in samples_of(RELAY_FUNCTION[c])])
@@ -411,6 +411,20 @@ def test_outbox_local_invoke_prints_the_relays_summary(docker, invoke_image, bui
     assert "outbox local: RelayRedisFunction returned in" in proc.stderr and "Traceback" not in proc.stderr
     # Docker was running before it, so it is running after it
     assert subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+def test_outbox_local_invoke_puts_the_kinesis_relays_records_on_its_stream(docker, invoke_image, build_dir, servers,
+                                                                          database_url, app_engine, redis_prefix) -> None:
+    # Given records waiting for the Kinesis relay
+    seed("kinesis", app_engine, redis_prefix)
+    # When a user runs `outbox local invoke RelayKinesisFunction`, whose moto gets the stream sam-env.json names
+    proc = _outbox_local(["RelayKinesisFunction"], database_url, servers.redis_url)
+    # Then the relay delivered them, and the stream holds them (read back with GetRecords)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert (summary["channel"], summary["claimed"], summary["delivered"]) == ("kinesis", 3, 3)
+    assert statuses(app_engine) == [("kinesis", "delivered", True)] * 3
+    assert "Kinesis (moto) holds 3 record(s) in outbox-local" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_outbox_local_invoke_answers_cloudformation_for_the_migration(docker, invoke_image, build_dir, servers,

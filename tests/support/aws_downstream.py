@@ -1,6 +1,6 @@
-"""The SQS, SNS and EventBridge relays' downstreams on a moto server, made as
+"""The SQS, SNS, EventBridge and Kinesis relays' downstreams on a moto server, made as
 infra/sam-env.json names them, and read back through boto3: the queue itself;
-a queue subscribed to the topic; a queue that a rule on the bus targets. Shared
+a queue subscribed to the topic; a queue that a rule on the bus targets; the stream. Shared
 by the in-process tests of events/ (tests/e2e) and the Lambda container tests
 (tests/sam_local), which point the relay at the same moto server."""
 
@@ -20,8 +20,9 @@ SAM_ENV = json.loads((ROOT / "infra" / "sam-env.json").read_text(encoding="utf-8
 QUEUE_NAME = SAM_ENV["RelaySqsFunction"]["OUTBOX_SQS_QUEUE_URL"].rsplit("/", 1)[1]
 TOPIC_ARN = SAM_ENV["RelaySnsFunction"]["OUTBOX_SNS_TOPIC_ARN"]
 BUS = SAM_ENV["RelayEventBridgeFunction"]["OUTBOX_EVENTBRIDGE_BUS"]
+STREAM_ARN = SAM_ENV["RelayKinesisFunction"]["OUTBOX_KINESIS_STREAM"]
 SOURCE = "outbox.relay"
-AWS_CHANNELS = ("sqs", "sns", "eventbridge")
+AWS_CHANNELS = ("sqs", "sns", "eventbridge", "kinesis")
 
 
 def client(service: str, endpoint_url: str) -> Any:
@@ -45,6 +46,15 @@ class Downstream:
 
     def __init__(self, channel: str, endpoint_url: str) -> None:
         self.channel = channel
+        if channel == "kinesis":  # read with GetRecords, straight from the stream
+            from support.aws_harness import StreamReader
+
+            kinesis = client("kinesis", endpoint_url)
+            name = STREAM_ARN.rsplit("/", 1)[1]
+            if name not in kinesis.list_streams()["StreamNames"]:
+                kinesis.create_stream(StreamName=name, ShardCount=1)
+            self.stream = StreamReader(kinesis, name)
+            return
         self.sqs = client("sqs", endpoint_url)
         if channel == "sqs":
             self.queue_url = self.sqs.create_queue(QueueName=QUEUE_NAME)["QueueUrl"]
@@ -69,6 +79,8 @@ class Downstream:
     def receive(self, expected: int, attempts: int = 10) -> list[Received]:
         """Every message the reader's queue holds, up to `expected` (long polls, each up to a second)."""
         out: list[Received] = []
+        if self.channel == "kinesis":
+            return [Received(r["payload"], r["id"], r["type"]) for r in self.stream.records()][:expected]
         for _ in range(attempts):
             if len(out) >= expected:
                 break

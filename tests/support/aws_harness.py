@@ -63,9 +63,12 @@ class Faults:
     """The per-entry faults of one harness: which types fail, with which answer."""
 
     def __init__(self, service: str, operation: str, entries_param: str, positional: bool,
-                 type_of: Callable[[dict[str, Any]], str]) -> None:
+                 type_of: Callable[[dict[str, Any]], str], reply: tuple[str, str] = ("Entries", "FailedEntryCount")
+                 ) -> None:
         self.service, self.operation, self.entries_param = service, operation, entries_param
         self.positional, self.type_of = positional, type_of
+        #: A positional reply's list of answers and its failure count (EventBridge's; Kinesis's differ).
+        self.reply_entries, self.reply_count = reply
         self.answers: dict[str, tuple[str, bool]] = {}  # type -> (code, sender fault)
         self.down = False
         self.calls = 0
@@ -96,7 +99,7 @@ class Faults:
 
     def _all_failed(self, context: dict[str, Any], **_: Any) -> Any:
         if context.get("outbox_all"):
-            parsed: dict[str, Any] = ({"FailedEntryCount": 0, "Entries": []} if self.positional
+            parsed: dict[str, Any] = ({self.reply_count: 0, self.reply_entries: []} if self.positional
                                       else {"Successful": [], "Failed": []})
             return AWSResponse("http://fault.invalid", 200, {}, None), parsed
         return None
@@ -105,13 +108,13 @@ class Faults:
         failing = context.get("outbox_failing") or []
         if not failing:
             return
-        if self.positional:  # EventBridge: the reply's entries are in the request's order
-            entries = list(parsed.get("Entries") or [])
+        if self.positional:  # EventBridge, Kinesis: the reply's entries are in the request's order
+            entries = list(parsed.get(self.reply_entries) or [])
             for i, e in failing:
                 code, _ = self.answers[self.type_of(e)]
                 entries.insert(i, {"ErrorCode": code, "ErrorMessage": f"injected {code}"})
-            parsed["Entries"] = entries
-            parsed["FailedEntryCount"] = int(parsed.get("FailedEntryCount") or 0) + len(failing)
+            parsed[self.reply_entries] = entries
+            parsed[self.reply_count] = int(parsed.get(self.reply_count) or 0) + len(failing)
             return
         failed = list(parsed.get("Failed") or [])
         for _, e in failing:
@@ -126,6 +129,10 @@ def sqs_entry_type(entry: dict[str, Any]) -> str:
 
 def eventbridge_entry_type(entry: dict[str, Any]) -> str:
     return entry["DetailType"]
+
+
+def kinesis_record_type(entry: dict[str, Any]) -> str:
+    return json.loads(entry["Data"])["type"]
 
 
 class QueueReader:
@@ -147,6 +154,35 @@ class QueueReader:
                 self.got.append(self.id_of(m))
             self.client.delete_message_batch(QueueUrl=self.queue_url, Entries=[
                 {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)])
+
+
+class StreamReader:
+    """Every record a Kinesis stream received, read through ``GetRecords`` shard by shard,
+    in each shard's order (the harness's streams have one shard, so that is the stream's order)."""
+
+    def __init__(self, client: Any, stream: str) -> None:
+        self.client, self.stream = client, stream
+        self.iterators: dict[str, str] = {}
+        self.got: list[dict[str, Any]] = []
+
+    def read(self) -> list[str]:
+        return [r["id"] for r in self.records()]
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records' data, decoded, with each one's partition key and shard as `_partition` and `_shard`."""
+        for shard in self.client.list_shards(StreamName=self.stream)["Shards"]:
+            sid = shard["ShardId"]
+            if sid not in self.iterators:
+                self.iterators[sid] = self.client.get_shard_iterator(
+                    StreamName=self.stream, ShardId=sid, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            while True:
+                reply = self.client.get_records(ShardIterator=self.iterators[sid], Limit=1000)
+                self.iterators[sid] = reply["NextShardIterator"]
+                for r in reply["Records"]:
+                    self.got.append({**json.loads(r["Data"]), "_partition": r["PartitionKey"], "_shard": sid})
+                if not reply["Records"]:
+                    break
+        return list(self.got)
 
 
 def id_attribute(message: dict[str, Any]) -> str:

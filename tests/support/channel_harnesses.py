@@ -21,7 +21,14 @@ from outbox_relay.backoff import Backoff
 from outbox_relay.config import load_settings
 from outbox_relay.loop import RelayPolicy
 from outbox_relay.models import DeliveryResult, ErrorClass
-from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from outbox_relay.producer import (
+    enqueue_email,
+    enqueue_event,
+    enqueue_eventbridge,
+    enqueue_kinesis,
+    enqueue_sns,
+    enqueue_sqs,
+)
 from outbox_relay.publishers.base import Publisher
 from outbox_relay.publishers.registry import Channel, spec_for
 from outbox_relay.publishers.ses.payload import OUTBOX_TAG
@@ -29,10 +36,12 @@ from outbox_tools.local_ses import answer_get_account, fail_send_email
 from support.aws_harness import (
     Faults,
     QueueReader,
+    StreamReader,
     aws_client,
     eventbridge_entry_type,
     id_attribute,
     id_in_detail,
+    kinesis_record_type,
     sqs_entry_type,
     unique,
 )
@@ -416,6 +425,35 @@ class EventBridgeHarness(_AwsHarness):
         return enqueue_eventbridge(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
 
 
+class KinesisHarness(_AwsHarness):
+    """A stream of one shard of this test's own, read back with ``GetRecords``."""
+
+    name = "kinesis"
+    channel = Channel.KINESIS
+    # A record's ErrorCode is ProvisionedThroughputExceededException or InternalFailure
+    # ("PutRecordsResultEntry"); the permanent answer is the code Kinesis refuses a bad record with.
+    answers = {Fault.TRANSIENT: ("InternalFailure", False), Fault.PERMANENT: ("InvalidArgumentException", True),
+               Fault.THROTTLED: ("ProvisionedThroughputExceededException", False)}
+
+    def make_faults(self) -> Faults:
+        return Faults("kinesis", "PutRecords", "Records", True, kinesis_record_type,
+                      reply=("Records", "FailedRecordCount"))
+
+    def make_downstream(self) -> StreamReader:  # type: ignore[override]
+        kinesis = aws_client("kinesis", self.endpoint)
+        self.stream = unique("contract")
+        kinesis.create_stream(StreamName=self.stream, ShardCount=1)
+        kinesis.get_waiter("stream_exists").wait(StreamName=self.stream, WaiterConfig={"Delay": 1})
+        return StreamReader(kinesis, self.stream)
+
+    def settings(self) -> dict[str, Any]:
+        # One call at a time: moto numbers a shard's records unlocked, so concurrent puts can overwrite.
+        return {"kinesis_stream": self.stream, "kinesis_max_concurrency": 1}
+
+    def write(self, conn: Any, i: int, type_: str, key: str | None, max_attempts: int | None) -> Any:
+        return enqueue_kinesis(conn, type=type_, payload={"n": i}, key=key, max_attempts=max_attempts)
+
+
 class FakeHarness:
     """The unit tests' `FakePublisher` over the real store: what its script answers is the
     downstream. It must pass the same suite, or unit tests built on it prove nothing."""
@@ -471,4 +509,4 @@ class FakeHarness:
 #: A registered channel without one fails the suite.
 HARNESSES: dict[str, type[ChannelHarness]] = {h.name: h for h in (
     RedisHarness, SesHarness, SqsHarness, SqsFifoHarness, SnsHarness, SnsFifoHarness, EventBridgeHarness,
-    FakeHarness)}
+    KinesisHarness, FakeHarness)}

@@ -53,7 +53,8 @@ SWITCHES_ON = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:1234567890
                "SesSenderIdentity": "example.com",
                "SqsQueueArn": "arn:aws:sqs:eu-west-1:123456789012:orders",
                "SnsTopicArn": "arn:aws:sns:eu-west-1:123456789012:orders",
-               "EventBridgeBusName": "default"}
+               "EventBridgeBusName": "default",
+               "KinesisStreamArn": "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"}
 #: Metrics the issue asks the dashboard to plot for each channel.
 DASHBOARD_PER_CHANNEL = {obs.CLAIMED, obs.DELIVERED, obs.RETRIED, obs.DEAD_LETTERED, obs.LEASE_LOST,
                          obs.THROTTLED, obs.BATCH_DURATION, obs.OLDEST_PENDING_AGE, obs.DELIVERY_LAG,

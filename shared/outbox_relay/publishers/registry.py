@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 
-from . import eventbridge, redis, ses, sns, sqs
+from . import eventbridge, kinesis, redis, ses, sns, sqs
 from .spec import ChannelSpec
 
-CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC)
+CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC,
+                                         kinesis.SPEC)
 
 #: Where a message goes, one member per registered channel (`REDIS = "redis"`): its value is
 #: what OUTBOX_CHANNEL and the `channel` column hold. Each channel runs as its own relay function.

@@ -82,7 +82,7 @@ class _OutboxGroup(click.Group):
 
 @click.group(cls=_OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """Transactional-outbox relay: PostgreSQL to Redis Streams, Amazon SES, SQS, SNS and EventBridge."""
+    """Transactional-outbox relay: PostgreSQL to Redis Streams, Amazon SES, SQS, SNS, EventBridge and Kinesis."""
 
 
 for _command in (local.migrate, local.relay, operations.stats, local.demo, operations.dead, operations.redrive,

@@ -106,6 +106,12 @@ def _destinations(root: Path) -> tuple[str | None, str | None, str | None]:
             env.get("RelayEventBridgeFunction", {}).get("OUTBOX_EVENTBRIDGE_BUS"))
 
 
+def _kinesis_stream(root: Path) -> str | None:
+    """The stream (by ARN) infra/sam-env.json gives the Kinesis relay."""
+    env = json.loads((root / "infra" / "sam-env.json").read_text())
+    return env.get("RelayKinesisFunction", {}).get("OUTBOX_KINESIS_STREAM")
+
+
 def _fifo(name: str) -> dict[str, str]:
     return {"FifoQueue": "true"} if name.endswith(".fifo") else {}
 
@@ -138,6 +144,12 @@ def create_aws_destinations(root: Path, endpoint_url: str, region: str = "us-eas
             events.create_event_bus(Name=bus)
         if not events.list_archives(NamePrefix=RECORDER)["Archives"]:
             events.create_archive(ArchiveName=RECORDER, EventSourceArn=events.describe_event_bus(Name=bus)["Arn"])
+    stream = _kinesis_stream(root)
+    if stream:
+        kinesis = _aws_client("kinesis", endpoint_url, region)
+        name = stream.rsplit("/", 1)[-1]
+        if name not in kinesis.list_streams()["StreamNames"]:
+            kinesis.create_stream(StreamName=name, ShardCount=1)
 
 
 def aws_recorded(root: Path, endpoint_url: str, region: str = "us-east-1") -> dict[str, str]:
@@ -163,6 +175,16 @@ def aws_recorded(root: Path, endpoint_url: str, region: str = "us-east-1") -> di
     if bus:
         archive = _aws_client("events", endpoint_url, region).describe_archive(ArchiveName=RECORDER)
         notes["RelayEventBridgeFunction"] = f"EventBridge (moto) recorded {archive['EventCount']} event(s) on {bus}"
+    stream = _kinesis_stream(root)
+    if stream:
+        kinesis = _aws_client("kinesis", endpoint_url, region)
+        name, held = stream.rsplit("/", 1)[-1], 0
+        # By name: moto's shard iterators name their stream, and one got by ARN names none.
+        for shard in kinesis.list_shards(StreamName=name)["Shards"]:
+            it = kinesis.get_shard_iterator(StreamName=name, ShardId=shard["ShardId"],
+                                            ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            held += len(kinesis.get_records(ShardIterator=it, Limit=10000)["Records"])
+        notes["RelayKinesisFunction"] = f"Kinesis (moto) holds {held} record(s) in {name}"
     return notes
 
 
