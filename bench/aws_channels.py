@@ -138,7 +138,7 @@ def _install() -> None:
     from moto.sns.models import SNSBackend
     from moto.sqs.models import Queue, SQSBackend
 
-    from outbox_relay.aws_messages import ID_ATTRIBUTE
+    from outbox_relay.publishers.aws_message import ID_ATTRIBUTE
 
     for name in ("approximate_number_of_messages", "approximate_number_of_messages_delayed",
                  "approximate_number_of_messages_not_visible"):
@@ -322,7 +322,7 @@ def _destination(channel: str, client: Any, variant: str) -> dict[str, str]:
 def enqueue(env: BenchEnv, channel: str, n: int, *, keys: int | None, chunk: int = 1000, seed: int = 6) -> float:
     """`n` ~1 KB `order.placed` messages for `channel`, keyless or over `keys` ordering
     keys: each row validated as the channel's producer function validates it (its spec's
-    validator, behind `enqueue_sqs`, `enqueue_kinesis`, …), written `chunk` at a time
+    `message_row`, behind `enqueue_sqs`, `enqueue_sns`, `enqueue_eventbridge`), written `chunk` at a time
     by the statement `enqueue_events_bulk` writes with. Returns the seconds it took."""
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
@@ -334,8 +334,8 @@ def enqueue(env: BenchEnv, channel: str, n: int, *, keys: int | None, chunk: int
 
     started = time.perf_counter()
     engine = create_engine(env.database_url, poolclass=NullPool)
-    validate = spec_for(channel).validate_message
-    rows = [validate(type=e["type"], payload=e["payload"], **({} if e["key"] is None else {"key": e["key"]}))
+    rows = [spec_for(channel).message_row({"type": e["type"], "payload": e["payload"]}
+                    | ({} if e["key"] is None else {"key": e["key"]}))
             for e in payloads.events(n, seed=seed, keys=keys)]
     try:
         for start in range(0, n, chunk):
@@ -376,7 +376,7 @@ CLAIM = """
 
 def _requests(channel: str, rows: list[Any], setting: dict[str, str], fifo: bool) -> list[dict[str, Any]]:
     """The request entries the relay sends for these rows, built inline."""
-    from outbox_relay.aws_messages import ID_ATTRIBUTE, KEY_ATTRIBUTE, TYPE_ATTRIBUTE
+    from outbox_relay.publishers.aws_message import ID_ATTRIBUTE, KEY_ATTRIBUTE, TYPE_ATTRIBUTE
     from outbox_relay.publishers.kinesis.records import partition_key, record_data
 
     out = []

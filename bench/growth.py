@@ -23,7 +23,8 @@ from sqlalchemy import text
 from outbox_relay import sql
 from outbox_relay.config import load_settings
 from outbox_relay.db import create_relay_engine
-from outbox_relay.models import Channel, Outcome, OutcomeKind
+from outbox_relay.models import Outcome, OutcomeKind
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 
 from . import payloads

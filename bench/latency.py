@@ -492,7 +492,7 @@ def _idle(env: BenchEnv, batch_size: int, seconds: float, margin: float, history
           stream: str) -> dict[str, Any]:
     """One latency-mode invocation with nothing to deliver: statements and round trips per poll."""
     from outbox_relay import sql
-    from outbox_relay.models import Channel
+    from outbox_relay.publishers.registry import Channel
     from outbox_relay.store import LeaseStore
 
     from .growth import _seed

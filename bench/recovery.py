@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import text
 
 from outbox_relay.config import Settings
-from outbox_relay.models import Channel
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, lease_token
 
 from . import lambda_model

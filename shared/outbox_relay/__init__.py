@@ -1,20 +1,13 @@
 """outbox-relay: a serverless transactional-outbox relay (PostgreSQL → Redis Streams, Amazon SES, SQS, SNS,
 EventBridge and Kinesis).
 
-The producer API, for application code inside its own SQLAlchemy transaction:
-`enqueue_event`, `enqueue_events_bulk` and `enqueue_email`, and `enqueue_sqs`,
-`enqueue_sns`, `enqueue_eventbridge` and `enqueue_kinesis`.
+The producer API, for application code inside its own SQLAlchemy transaction
+(`outbox_relay.producer`): `enqueue(conn, channel=…, **fields)` for any registered
+channel, each channel's named function (`enqueue_event`, `enqueue_email`, …), and
+`enqueue_bulk` / `enqueue_events_bulk`.
 """
 
-from .producer import (
-    enqueue_email,
-    enqueue_event,
-    enqueue_eventbridge,
-    enqueue_events_bulk,
-    enqueue_kinesis,
-    enqueue_sns,
-    enqueue_sqs,
-)
+from . import producer as _producer
 
-__all__ = ["enqueue_email", "enqueue_event", "enqueue_eventbridge", "enqueue_events_bulk", "enqueue_kinesis",
-           "enqueue_sns", "enqueue_sqs"]
+__all__ = [name for name in _producer.__all__ if name.startswith("enqueue")]
+globals().update({name: getattr(_producer, name) for name in __all__})

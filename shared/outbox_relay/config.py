@@ -20,9 +20,10 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
-from .models import Channel, Mode, OrderingOnDead
-from .publishers.registry import CHANNELS
-from .urls import parse_database_url
+from .models import Mode, OrderingOnDead
+from .publishers.registry import CHANNELS, Channel, spec_for
+from .publishers.spec import ChannelSpec
+from .urls import EndpointUrl, parse_database_url
 
 #: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
 DatabaseTls = Literal["disable", "require", "verify-full"]
@@ -59,12 +60,8 @@ class SdkEnvironment(BaseSettings):
     powertools_service_name: str | None = Field(default=None, validation_alias="POWERTOOLS_SERVICE_NAME")
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
     aws_default_region: str | None = Field(default=None, validation_alias="AWS_DEFAULT_REGION")
-    aws_endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
-    aws_endpoint_url_sesv2: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
-    aws_endpoint_url_sqs: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
-    aws_endpoint_url_sns: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
-    aws_endpoint_url_eventbridge: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
-    aws_endpoint_url_kinesis: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL_KINESIS")
+    #: A channel's service endpoint (AWS_ENDPOINT_URL_<SERVICE>) is in its own settings.
+    aws_endpoint_url: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
 
     @property
     def region(self) -> str | None:
@@ -107,17 +104,6 @@ class SdkEnvironment(BaseSettings):
                 raise ValueError("must be an AWS region name, e.g. eu-west-1") from None
         return v
 
-    @field_validator("aws_endpoint_url", "aws_endpoint_url_sesv2", "aws_endpoint_url_sqs", "aws_endpoint_url_sns",
-                     "aws_endpoint_url_eventbridge", "aws_endpoint_url_kinesis")
-    @classmethod
-    def _endpoint(cls, v: str | None) -> str | None:
-        from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
-
-        if v is not None and not (v.lower().startswith(("http://", "https://"))
-                                  and (is_valid_endpoint_url(v) or is_valid_ipv6_endpoint_url(v))):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:5000")
-        return v
-
 
 def log_level_ok(value: str) -> bool:
     """Whether the standard library's logging (which Powertools hands the value to,
@@ -125,9 +111,11 @@ def log_level_ok(value: str) -> bool:
     return value.upper() in logging.getLevelNamesMapping()
 
 
-class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: ignore[misc]
-    """The relay's configuration. Field docs name the variable and the unit; each
-    channel's own settings are a mixin from its package (`publishers/<channel>/settings.py`)."""
+class Settings(SdkEnvironment):
+    """The settings every function shares. Field docs name the variable and the unit.
+    A relay function's settings are these plus its own channel's (`settings_for`), as
+    the handler cookbook composes one model per handler; another channel's variables
+    are known names (never "misspelt") but are not read."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True, env_ignore_empty=True)
 
@@ -135,6 +123,8 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
     #: maintenance function's settings (`MaintenanceSettings`) do not, and skip
     #: the relay-only relations below.
     relays: ClassVar[bool] = True
+    #: The channels whose settings this model holds (`settings_for`).
+    channels: ClassVar[tuple[ChannelSpec, ...]] = ()
 
     # --- what this function relays ---
     channel: Channel = Channel.REDIS  # OUTBOX_CHANNEL: a registered channel (publishers/registry.py)
@@ -268,8 +258,8 @@ class Settings(SdkEnvironment, *(spec.settings for spec in CHANNELS)):  # type: 
                 parse_database_url(self.database_url)
             except ValueError as exc:
                 raise ValueError(f"DATABASE_URL: {exc}") from None
-        for spec in CHANNELS:
-            spec.check_settings(self, self.relays and self.channel is spec.channel)
+        for spec in self.channels:
+            spec.check_settings(self, self.relays and self.channel == spec.name)
         return self
 
 
@@ -278,10 +268,21 @@ class MaintenanceSettings(Settings):
     redrive): the database and the retention windows
     (`OUTBOX_RETAIN_DELIVERED_SECONDS`, `OUTBOX_RETAIN_DEAD_SECONDS`).
 
-    It claims nothing and publishes nothing, so it needs no Redis URL and its
+    It claims nothing and publishes nothing, so it reads no channel's settings and its
     timeout is not compared with the lease; every other check applies."""
 
     relays: ClassVar[bool] = False
+
+
+@functools.cache
+def settings_for(*channels: str, base: type[Settings] = Settings) -> type[Settings]:
+    """`base` with the settings of `channels` (registered names) mixed in: a relay
+    function's model is `settings_for(<its channel>)`."""
+    specs = tuple(spec_for(c) for c in channels)
+    name = "".join(spec.template_prefix for spec in specs) + base.__name__
+    # Its own config, or the mixins' (no OUTBOX_ prefix) would win.
+    namespace = {"channels": specs, "model_config": base.model_config}
+    return type(name, (base, *(spec.settings for spec in specs)), namespace)  # type: ignore[return-value]
 
 
 _RELATION_VARS = (
@@ -291,11 +292,11 @@ _RELATION_VARS = (
 )
 
 
-def _variable_for(field: str) -> str:
-    aliases = {i.validation_alias for i in Settings.model_fields.values() if isinstance(i.validation_alias, str)}
+def _variable_for(cls: type[Settings], field: str) -> str:
+    aliases = {i.validation_alias for i in cls.model_fields.values() if isinstance(i.validation_alias, str)}
     if field in aliases:
         return field
-    info = Settings.model_fields.get(field)
+    info = cls.model_fields.get(field)
     if info is not None and isinstance(info.validation_alias, str):
         return info.validation_alias
     if info is not None and isinstance(info.validation_alias, AliasChoices):
@@ -306,10 +307,19 @@ def _variable_for(field: str) -> str:
 def load_settings(**overrides: object) -> Settings:
     """Read and validate the environment (plus `overrides`, by field name).
 
+    The model is the common settings plus those of the channel it relays
+    (OUTBOX_CHANNEL, or the `channel` override; redis when unset).
+
     Raises `ConfigurationError` whose `variable` is the environment variable at
     fault and whose text says what is wrong with it.
     """
-    return _load(Settings, overrides)
+    channel = overrides.get("channel") or next(
+        (v for k, v in os.environ.items() if k.upper() == "OUTBOX_CHANNEL" and v), Channel.REDIS.value)
+    try:
+        cls = settings_for(Channel(channel).value)
+    except ValueError:
+        cls = Settings  # which refuses the channel, naming OUTBOX_CHANNEL
+    return _load(cls, overrides)
 
 
 def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
@@ -318,9 +328,9 @@ def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
 
 
 def variables() -> frozenset[str]:
-    """Every environment variable the settings read."""
+    """Every environment variable the settings read, every channel's included."""
     names = set()
-    for name, info in Settings.model_fields.items():
+    for name, info in settings_for(*(spec.name for spec in CHANNELS)).model_fields.items():
         alias = info.validation_alias
         if isinstance(alias, AliasChoices):
             names.update(str(choice) for choice in alias.choices)
@@ -355,7 +365,7 @@ def _load(cls: type[Settings], overrides: dict[str, object]) -> Settings:
         if first.get("type") == "bool_parsing":
             message = "must be true or false (also 1/0, yes/no, on/off)"
         if loc:
-            return _raise(_variable_for(str(loc[0])), message)
+            return _raise(_variable_for(cls, str(loc[0])), message)
         named = [(message.find(var), var) for var in _RELATION_VARS if var in message]
         if named:  # the variable the message is about is the one it names first
             return _raise(min(named)[1], message.removeprefix("Value error, "))

@@ -11,9 +11,10 @@ from pydantic import Field, ValidationError
 from . import observability as obs
 from .errors import ConfigurationError, InvalidEventError
 from .loop import NO_TIME, RelayLoop
-from .models import Channel, Mode
+from .models import Mode
 from .pollers import BEATS_PER_TTL, Handover, HeartbeatThread, Pollers
 from .publishers.base import Deadline
+from .publishers.registry import Channel
 from .runtime import Dependencies
 from .schedule import ScheduledEvent
 from .store import lease_token

@@ -54,6 +54,7 @@ from .key_turns import KeyTurns
 from .models import DeliveryResult, ErrorClass, Mode, OrderingOnDead
 from .observability import logger as log
 from .publishers.base import Deadline, Publisher
+from .publishers.registry import spec_for
 from .recording import Batch, Recorder
 from .store import DEFAULT_BATCH_MAX_BYTES, LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
 from .summary import Summary
@@ -103,6 +104,7 @@ class RelayLoop:
         self.deadline, self.owner, self.sleep, self.may_claim = deadline, owner, sleep, may_claim
         self.base_owner, self.tokens = owner, 0
         self.summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
+        self.system = spec_for(publisher.channel).messaging_system
         # Batch mode ends once it has its batch; latency mode polls until its deadline.
         self.one_batch, self.polls = policy.mode is Mode.BATCH, policy.mode is Mode.LATENCY
         # Batch mode reports once, at its end (the handler's metrics flush).
@@ -251,7 +253,7 @@ class RelayLoop:
                                         for m in messages if m.key is not None and (m.destination, m.key) in held])
                 messages = [m for m in messages if m.key is None or (m.destination, m.key) not in held]
             if messages and not self.deadline.passed():
-                with batch_span(publisher.channel.value, messages):
+                with batch_span(self.system, messages):
                     publisher.deliver(messages, self.deadline, lambda results: recorder.record(batch, results))
         except DownstreamUnavailable as exc:
             batch.stopped = "downstream_unavailable"

@@ -31,10 +31,11 @@ from .config import MaintenanceSettings, load_maintenance_settings
 from .db import create_relay_engine
 from .errors import InvalidEventError
 from .feedback.store import purge_email_events
-from .models import Channel, ErrorClass
+from .models import ErrorClass
 from .operations.purge import PurgeResult, purge
 from .operations.redrive import RedriveSelection, redrive
 from .operations.stats import Backlog, backlog
+from .publishers.registry import Channel
 from .schedule import ScheduledEvent
 
 #: Purge batches are not started when fewer seconds than this remain in the

@@ -9,17 +9,6 @@ from datetime import datetime
 from typing import Any, Mapping, NamedTuple
 
 
-class Channel(str, enum.Enum):
-    """Where a message goes. Each channel runs as its own relay function."""
-
-    REDIS = "redis"  # a domain event, XADD to a Redis Stream named by `destination`
-    SES = "ses"  # a transactional email, SendEmail through Amazon SES v2
-    SQS = "sqs"  # a message, SendMessageBatch to the relay's Amazon SQS queue
-    SNS = "sns"  # a message, PublishBatch to the relay's Amazon SNS topic
-    EVENTBRIDGE = "eventbridge"  # an event, PutEvents to an Amazon EventBridge bus
-    KINESIS = "kinesis"  # a record, PutRecords to the relay's Amazon Kinesis data stream
-
-
 class Mode(str, enum.Enum):
     """How much one invocation does (OUTBOX_MODE; docs/design.md, "Invocation modes")."""
 
@@ -34,28 +23,6 @@ class OrderingOnDead(str, enum.Enum):
 
     SKIP = "skip"  # they go on: the key has a gap where the dead letter was
     BLOCK = "block"  # they wait until the dead letter is redriven or discarded
-
-
-class RedisTrim(str, enum.Enum):
-    """How streams are kept to OUTBOX_REDIS_MAXLEN (OUTBOX_REDIS_TRIM; docs/channels.md, "Trimming")."""
-
-    MAXLEN = "maxlen"  # XADD MAXLEN ~ n: oldest entries go, read or not
-    ACKNOWLEDGED = "acknowledged"  # only entries every consumer group has acknowledged go
-
-
-class RedisOnFull(str, enum.Enum):
-    """What `acknowledged` trimming does with a stream at its bound because a consumer group
-    lags (OUTBOX_REDIS_ON_FULL)."""
-
-    HOLD = "hold"  # publish nothing more to it: released with attempts refunded, metric StreamFull
-    TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
-
-
-class RedisFormat(str, enum.Enum):
-    """The layout of a stream entry's fields (OUTBOX_REDIS_FORMAT; docs/channels.md, "Entry layouts")."""
-
-    FIELDS = "fields"  # id, type, key, payload, created_at, headers, traceparent, tracestate
-    CLOUDEVENTS = "cloudevents"  # CloudEvents 1.0 attributes, one field each, the payload as `data`
 
 
 class Status(str, enum.Enum):
@@ -174,7 +141,8 @@ class MessageRow:
 
     seq: int
     message_id: uuid.UUID
-    channel: Channel
+    #: The channel's name: the schema takes any (migration 0007), a registered one or not.
+    channel: str
     destination: str
     type: str
     key: str | None
@@ -198,7 +166,7 @@ class MessageRow:
         return cls(
             seq=m["seq"],
             message_id=m["message_id"],
-            channel=Channel(m["channel"]),
+            channel=m["channel"],
             destination=m["destination"],
             type=m["type"],
             key=m["key"],

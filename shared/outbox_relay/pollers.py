@@ -35,8 +35,8 @@ from sqlalchemy import Engine
 from . import observability as obs
 from . import sql
 from .db import retry_while_unreachable, run_with_retry
-from .models import Channel
 from .publishers.base import Deadline
+from .publishers.registry import Channel
 
 #: Heartbeats per registration time-to-live: a renewal that fails now and then
 #: (a slow statement, a dropped connection) does not let the registration expire.

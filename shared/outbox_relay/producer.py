@@ -4,6 +4,11 @@ Call these with the SQLAlchemy `Connection` or `Session` that carries your
 business change; the message exists exactly when your transaction commits.
 Nothing here commits or opens a connection; the environment is read only for
 the Lambda X-Ray trace header (`tracing.current_context`).
+
+`enqueue(conn, channel=…, **fields)` writes one message for any registered channel;
+each channel's named function (`enqueue_event`, `enqueue_email`, `enqueue_sqs`, …) is
+defined in its package (`publishers/<channel>/message.py`) and exported here from the
+registry. `enqueue_bulk` writes many in one statement per chunk.
 """
 
 from __future__ import annotations
@@ -16,13 +21,10 @@ from decimal import Decimal
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from . import sql, tracing
-from .aws_enqueue import enqueue_eventbridge, enqueue_sns, enqueue_sqs
-from .email.enqueue import email_row, enqueue_email
 from .errors import InvalidMessageError
-from .events import event_row
-from .publishers.kinesis.enqueue import enqueue_kinesis
-from .tracing import with_context
-from .write import _ID_TAKEN, _check_registered, check_conn, insert_message
+from .publishers.registry import CHANNELS
+from .publishers.spec import ChannelSpec
+from .write import _ID_TAKEN, check_conn, enqueue, insert_message, registered
 
 #: Most messages in one bulk statement.
 BULK_CHUNK = 1000
@@ -69,8 +71,8 @@ class _Holder(NamedTuple):
     digest: bytes
 
 
-def _check_repeats(data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _Holder], i: int,
-                   row: Mapping[str, Any], now: datetime) -> None:
+def _check_repeats(spec: ChannelSpec, data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _Holder],
+                   i: int, row: Mapping[str, Any], now: datetime) -> None:
     """Refuse message `i` when its id was given earlier in the call to a different
     message: another channel, destination, type or key, or a payload that is another
     JSON value (compared as `jsonb` compares, as against a stored message; headers are
@@ -81,67 +83,26 @@ def _check_repeats(data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _
     holder = holders.setdefault(row["message_id"], _Holder(i, fields, digest))
     if holder.position == i or (holder.fields == fields and holder.digest == digest):
         return
-    if holder.fields != fields or not _same_json(event_row(data[holder.position], now)["payload"], row["payload"]):
+    if holder.fields != fields or not _same_json(spec.message_row(data[holder.position], now)["payload"],
+                                                 row["payload"]):
         raise InvalidMessageError(f"messages[{i}].message_id", _ID_TAKEN)
 
 
-def enqueue_event(
-    conn: Any,
-    *,
-    stream: str,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> uuid.UUID:
-    """Write a domain event for the Redis Stream `stream`, in the caller's transaction.
-
-    Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction
-            (anything else, an Engine or a DB-API connection included, is refused:
-            `InvalidMessageError` on ``conn``).
-        stream: stream key (non-empty; braces only as a Redis Cluster hash tag).
-        type: event type, e.g. ``"order.placed"`` (non-empty).
-        payload: any JSON-serialisable value, at most 256 KiB as UTF-8 JSON; NaN
-            and the NUL character are refused.
-        key: optional ordering/partition key, published as the entry's `key` field;
-            not empty (leave it out for no key).
-        message_id: idempotency key; enqueueing the same id again writes
-            nothing and returns it. A fresh UUIDv7 when omitted.
-        deliver_at: timezone-aware `datetime` before which it is not delivered, at most
-            366 days ahead; a past one (at most 366 days back) means now. Text and
-            numbers are refused, not parsed.
-        max_attempts: per-message retry budget, an `int` from 1 to 1000 (text, floats
-            and booleans are refused), else the relay's default.
-        headers: optional string metadata, published as the `headers` field (JSON).
-
-    Returns:
-        The message id.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
-    check_conn(conn)
-    row = event_row({
-        "stream": stream, "type": type, "payload": payload, "key": key,
-        "headers": with_context(headers, tracing.current_context()),
-        "message_id": message_id, "deliver_at": deliver_at, "max_attempts": max_attempts,
-    })
-    return insert_message(conn, row)
-
-
 def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> list[uuid.UUID]:
-    """Write many domain events in the caller's transaction, one statement per
+    """`enqueue_bulk` of domain events for Redis Streams (`enqueue_event`'s keyword arguments)."""
+    return enqueue_bulk(conn, messages, channel="redis")
+
+
+def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: str) -> list[uuid.UUID]:
+    """Write many messages for `channel` in the caller's transaction, one statement per
     chunk of at most 1,000 messages and 8 MiB of payload and header JSON text
     (`BULK_CHUNK`, `BULK_CHUNK_BYTES`).
 
-    Each element is a mapping with the keyword arguments of `enqueue_event`
-    (`stream`, `type`, `payload`, optional `key`, `message_id`, `deliver_at`,
-    `max_attempts`, `headers`). Every message is validated before anything is
-    written (an iterator is read into a list first); an invalid one raises
+    Each element is a mapping with the keyword arguments of the channel's named
+    function (for Redis, `enqueue_event`'s: `stream`, `type`, `payload`, optional
+    `key`, `message_id`, `deliver_at`, `max_attempts`, `headers`). Every message is
+    validated before anything is written (an iterator is read into a list first); an
+    invalid one raises
     `InvalidMessageError` whose field is prefixed with its position, e.g.
     ``messages[3].payload``. Returns the message ids in order.
 
@@ -159,12 +120,11 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     exception ensures).
     """
     check_conn(conn)
+    spec = registered(channel)
     if isinstance(messages, (Mapping, str, bytes)) or not isinstance(messages, Iterable):
         raise InvalidMessageError("messages", "must be a list of mappings")
     data = messages if isinstance(messages, Sequence) else list(messages)
     context = tracing.current_context()  # one context for the call: every message was made in it
-    if context:
-        data = [_traced(item, context) for item in data]
     now = datetime.now(timezone.utc)  # one time for every deliver_at, in both passes
     ids: list[uuid.UUID] = []
     holders: dict[uuid.UUID, _Holder] = {}
@@ -173,13 +133,13 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
     count = size = 0
     for i, item in enumerate(data):
         if not isinstance(item, Mapping):
-            raise InvalidMessageError(f"messages[{i}]", "must be a mapping (the keyword arguments of enqueue_event)")
+            raise InvalidMessageError(f"messages[{i}]", f"must be a mapping (the keyword arguments of {spec.producer})")
         try:
-            row = event_row(item, now)
+            row = spec.message_row(item, now, context)
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"messages[{i}].{exc.field}", exc.problem) from None
-        if isinstance(item, Mapping) and item.get("message_id") is not None:  # generated ids never repeat
-            _check_repeats(data, holders, i, row, now)
+        if item.get("message_id") is not None:  # generated ids never repeat
+            _check_repeats(spec, data, holders, i, row, now)
         ids.append(row["message_id"])
         n = len(row["payload"].encode("utf-8")) + (len(row["headers"].encode("utf-8")) if row["headers"] else 0)
         if count and (count == BULK_CHUNK or size + n > BULK_CHUNK_BYTES):
@@ -192,26 +152,18 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
         ends.append(len(data))
     start = 0
     for end in ends:
-        rows = first_rows if start == 0 else [dict(event_row(data[k], now), message_id=ids[k])
+        rows = first_rows if start == 0 else [dict(spec.message_row(data[k], now, context), message_id=ids[k])
                                               for k in range(start, end)]
         _insert_chunk(conn, start, rows)  # empties `rows`
         start = end
     return ids
 
 
-def _traced(item: Any, context: Mapping[str, str]) -> Any:
-    """A bulk element with the trace context in its headers (anything else is left for
-    `event_row` to refuse, naming it)."""
-    if not isinstance(item, Mapping):
-        return item
-    return {**item, "headers": with_context(item.get("headers"), context)}
-
-
 def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
     """Write the validated `rows` of positions `start`… in one statement (emptying
     `rows`); raise on the first one whose id is held by a different message."""
     for channel in {r["channel"] for r in rows}:
-        _check_registered(channel)
+        registered(channel)
     messages = json.dumps([
         {**r, "i": i, "message_id": str(r["message_id"]),
          "deliver_at": r["deliver_at"].isoformat() if r["deliver_at"] is not None else None}
@@ -231,5 +183,9 @@ def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
         raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
 
 
-__all__ = ["BULK_CHUNK", "BULK_CHUNK_BYTES", "check_conn", "email_row", "enqueue_email", "enqueue_event",
-           "enqueue_eventbridge", "enqueue_events_bulk", "enqueue_kinesis", "enqueue_sns", "enqueue_sqs", "insert_message"]
+# Each channel's named function, from its package (`ChannelSpec.producer`).
+for _spec in CHANNELS:
+    globals()[_spec.producer] = _spec.producer_function()
+
+__all__ = ["BULK_CHUNK", "BULK_CHUNK_BYTES", "check_conn", "enqueue", "enqueue_bulk", "enqueue_events_bulk",
+           "insert_message", *(spec.producer for spec in CHANNELS)]

@@ -15,10 +15,10 @@ from .backoff import Backoff
 from .config import Settings, get_settings
 from .db import create_relay_engine
 from .loop import RelayPolicy
-from .models import Channel, Mode
+from .models import Mode
 from .pollers import PollerRegistry, Registry, StartSuccessor, lambda_starter
 from .publishers.base import Publisher
-from .publishers.registry import spec_for
+from .publishers.registry import Channel, spec_for
 from .store import LeaseStore
 
 

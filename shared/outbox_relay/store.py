@@ -14,7 +14,8 @@ from sqlalchemy import Engine
 
 from . import sql
 from .db import run_with_retry
-from .models import Channel, ClaimedMessage, ErrorClass, OrderingOnDead, Outcome, OutcomeKind, Status
+from .models import ClaimedMessage, ErrorClass, OrderingOnDead, Outcome, OutcomeKind, Status
+from .publishers.registry import Channel
 
 #: Default byte budget of one claim: 32 MiB of payload JSON text.
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024

@@ -128,13 +128,10 @@ def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
     return traceparent, state if isinstance(state, str) and state else None
 
 
-# OpenTelemetry's messaging.system names (Redis and SES have none listed).
-_SYSTEMS = {"redis": "redis", "ses": "aws_ses", "sqs": "aws_sqs", "sns": "aws_sns", "eventbridge": "aws_eventbridge"}
-
-
-def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
+def batch_span(system: str, messages: Iterable[Any]) -> ContextManager[Any]:
     """A PRODUCER span `send <destination>` linking (not parenting) each message's context,
-    as OpenTelemetry's messaging conventions say of a batch; a null context without an SDK."""
+    as OpenTelemetry's messaging conventions say of a batch; a null context without an SDK.
+    `system` is the channel's `messaging.system` (`ChannelSpec.messaging_system`)."""
     trace = _opentelemetry()
     if trace is None:
         return nullcontext()
@@ -153,7 +150,7 @@ def batch_span(channel: str, messages: Iterable[Any]) -> ContextManager[Any]:
                                 trace_state=trace.TraceState.from_header([state]) if state else None)
         links.append(trace.Link(ctx, {"messaging.message.id": m.message_id}))
     destination = next(iter(destinations)) if len(destinations) == 1 else None
-    attributes: dict[str, Any] = {"messaging.system": _SYSTEMS.get(channel, channel), "messaging.operation.type": "send",
+    attributes: dict[str, Any] = {"messaging.system": system, "messaging.operation.type": "send",
                                   "messaging.operation.name": "send", "messaging.batch.message_count": len(messages)}
     if destination is not None:
         attributes["messaging.destination.name"] = destination

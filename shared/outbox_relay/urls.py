@@ -1,8 +1,26 @@
-"""The rules for DATABASE_URL and REDIS_URL, for the settings, the relay and the `outbox` command."""
+"""The rules for DATABASE_URL and REDIS_URL, for the settings, the relay and the `outbox` command;
+and for the AWS SDK's endpoint URLs (AWS_ENDPOINT_URL, a channel's AWS_ENDPOINT_URL_<SERVICE>)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+
+def check_endpoint_url(v: str | None) -> str | None:
+    """An endpoint URL the SDK would take: http:// or https://. Raises ValueError."""
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    if v is not None and not (v.lower().startswith(("http://", "https://"))
+                              and (is_valid_endpoint_url(v) or is_valid_ipv6_endpoint_url(v))):
+        raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:5000")
+    return v
+
+
+#: A setting holding an AWS endpoint URL (the SDK reads the variable itself; checked here
+#: so that start-up stops naming it).
+EndpointUrl = Annotated[str | None, AfterValidator(check_endpoint_url)]
 
 #: The query parameters a DATABASE_URL may carry (passed to pg8000 as they are).
 DATABASE_URL_QUERY = frozenset({"application_name", "unix_sock"})

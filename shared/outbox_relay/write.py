@@ -1,6 +1,7 @@
-"""The producer's one write: a validated message row inserted in the caller's
-transaction by `sql.producer.insert_message`, the message id its idempotency key.
-Every producer API function ends here (`producer`, `aws_enqueue`, `email.enqueue`)."""
+"""The producer's one write: `enqueue` validates a message through its channel's spec
+and inserts the row in the caller's transaction by `sql.producer.insert_message`, the
+message id its idempotency key. Every channel's named producer API function
+(`<channel>/message.py`) calls `enqueue`; the bulk call (`producer`) ends in the same table."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Engine
 
-from . import sql
+from . import sql, tracing
 from .errors import InvalidMessageError
 from .publishers.registry import spec_for
+from .publishers.spec import ChannelSpec
 
 _ID_TAKEN = ("already used by a different message (channel, destination, type, key or payload differ); "
              "an idempotency key must identify one message")
@@ -32,12 +34,28 @@ def check_conn(conn: Any) -> None:
                                       f"not {what}")
 
 
-def _check_registered(channel: str) -> None:
-    """The schema takes any channel name (migration 0007): the registry says which exist."""
+def registered(channel: Any) -> ChannelSpec:
+    """The spec of `channel`. The schema takes any channel name (migration 0007): the
+    registry says which exist. Raises `InvalidMessageError` on ``channel``."""
     try:
-        spec_for(channel)
+        return spec_for(channel)
     except KeyError as exc:
         raise InvalidMessageError("channel", str(exc.args[0])) from None
+
+
+def enqueue(conn: Any, *, channel: str, **fields: Any) -> uuid.UUID:
+    """Write one message for `channel` (a registered channel's name) in the caller's
+    transaction and return its message id. `fields` are the keyword arguments of the
+    channel's named function (`enqueue_event`, `enqueue_email`, …), validated by its
+    spec; the producer's trace context is added where the channel carries it.
+
+    Raises:
+        InvalidMessageError: `conn`, `channel` or a field is invalid; `.field` names it.
+            Nothing is written.
+    """
+    check_conn(conn)
+    row = registered(channel).message_row(fields, None, tracing.current_context())
+    return insert_message(conn, row)
 
 
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
@@ -50,7 +68,7 @@ def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
     payload), which would otherwise be dropped silently, also when another
     transaction wrote it at the same time (one more statement, only then).
     """
-    _check_registered(row["channel"])
+    registered(row["channel"])
     inserted, same = conn.execute(sql.producer.insert_message, row).one()
     if not inserted and same is None:
         # Written by a transaction that committed while this one waited: look again.

@@ -39,7 +39,7 @@ def state(row: dict[str, Any]) -> tuple[str, int, str | None]:
 
 def test_every_registered_channel_has_a_harness() -> None:
     # A channel without a harness would skip the suite: its definition of done is passing it.
-    missing = {spec.channel.value for spec in CHANNELS} - set(HARNESSES)
+    missing = {spec.name for spec in CHANNELS} - set(HARNESSES)
     assert not missing, f"channels with no contract harness (tests/support/channel_harnesses.py): {missing}"
 
 

@@ -1,7 +1,7 @@
 """Every wrong setting or input gets a clear answer, and nothing is written.
 
 Two tables: every option of the `outbox` command, and every environment
-variable the relay reads (the fields of `Settings`, and each variable
+variable the relay reads (`config.variables()`, and each variable
 docs/configuration.md lists), each with bad values. For every row: exit status
 2 for a bad option, 1 for a bad setting or a database that cannot serve; one
 line on standard error, `Error: …`, naming the option or variable (click's
@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from outbox_relay import runtime
-from outbox_relay.config import Settings
+from outbox_relay.config import variables
 from outbox_relay.producer import enqueue_event
 from outbox_tools.cli import main
 from outbox_tools.lambda_local import project_root
@@ -405,11 +405,8 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
 # ---------------------------------------------------------------------------
 
 def relay_variables() -> set[str]:
-    """The fields of Settings by their variable, and every variable docs/configuration.md lists in a table."""
-    names = set()
-    for name, info in Settings.model_fields.items():
-        alias = info.validation_alias
-        names.add(alias if isinstance(alias, str) else f"OUTBOX_{name.upper()}")
+    """Every variable a function's settings read (`config.variables`), and every variable docs/configuration.md lists in a table."""
+    names = set(variables())
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     for row in re.findall(r"^\| (.+?) \|", doc, re.M):
         names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", row))

@@ -168,7 +168,8 @@ def test_an_idle_latency_invocation_costs_one_claim_per_poll(mode_env, app_engin
     from sqlalchemy import event as sa_event
 
     from outbox_relay import runtime
-    from outbox_relay.models import Channel, Outcome, OutcomeKind
+    from outbox_relay.models import Outcome, OutcomeKind
+    from outbox_relay.publishers.registry import Channel
     from outbox_relay.store import LeaseStore
 
     seed(app_engine, redis_prefix, 30)

@@ -103,7 +103,7 @@ def test_scheduled_run_purges_by_the_windows_and_emits_backlog_per_channel(handl
     backlog = {b["channel"]: b for b in summary["backlog"]}
     assert (backlog["redis"]["pending_depth"], backlog["redis"]["dead_count"]) == (3, 1)
     emf = emf_by_channel(capsys.readouterr().out)
-    assert set(emf) == {spec.channel.value for spec in CHANNELS}
+    assert set(emf) == {spec.name for spec in CHANNELS}
     redis, ses = emf["redis"], emf["ses"]
     assert redis["units"] == {"PendingDepth": "Count", "OldestPendingAge": "Seconds", "DeadCount": "Count",
                               "Purged": "Count"}
@@ -117,7 +117,7 @@ def test_idle_outbox_still_reports_every_channel(handler, capsys):
     summary = handler(event("maintenance-scheduled.json"), LocalContext(900))
     assert summary["purged"]["total"] == 0
     emf = emf_by_channel(capsys.readouterr().out)
-    assert set(emf) == {spec.channel.value for spec in CHANNELS}
+    assert set(emf) == {spec.name for spec in CHANNELS}
     for doc in emf.values():
         assert [value(doc[m]) for m in ("PendingDepth", "OldestPendingAge", "DeadCount", "Purged")] == [0, 0, 0, 0]
 
@@ -129,7 +129,7 @@ def test_purge_starts_no_batch_when_the_deadline_is_near(handler, db, capsys):
     # Then nothing is deleted, the summary says the purge is incomplete, and the metrics still go out
     assert summary["purged"]["complete"] is False and summary["purged"]["total"] == 0
     assert counts(db) == {("redis", "delivered"): 4}
-    assert set(emf_by_channel(capsys.readouterr().out)) == {spec.channel.value for spec in CHANNELS}
+    assert set(emf_by_channel(capsys.readouterr().out)) == {spec.name for spec in CHANNELS}
 
 
 def test_redrive_event_moves_the_selected_dead_letters(handler, db, capsys):

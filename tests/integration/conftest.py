@@ -11,10 +11,11 @@ from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.loop import RelayLoop, RelayPolicy
-from outbox_relay.models import Channel, Mode
+from outbox_relay.models import Mode
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from support.deadline import until_idle
 from support.feedback import feedback_handler  # noqa: F401 (fixture)

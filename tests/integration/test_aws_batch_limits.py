@@ -7,10 +7,9 @@ import pytest
 
 from outbox_relay.config import load_settings
 from outbox_relay.loop import RelayLoop
-from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_sqs
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.registry import spec_for
+from outbox_relay.publishers.registry import Channel, spec_for
 from outbox_relay.store import LeaseStore
 from support.aws_harness import aws_client, aws_endpoint, moto_server, unique  # noqa: F401 (fixtures)
 from support.channel_harnesses import POLICY

@@ -303,8 +303,8 @@ def test_a_bulk_of_large_payloads_is_written_in_bounded_memory(database_url, app
     import subprocess
     import sys
 
-    from outbox_relay.events import MAX_EVENT_PAYLOAD_BYTES
     from outbox_relay.producer import BULK_CHUNK_BYTES
+    from outbox_relay.publishers.redis.message import MAX_EVENT_PAYLOAD_BYTES
 
     # Given 400 payloads of 256 KiB each (100 MiB of JSON text), enqueued in one call by a process of its own
     n = 400

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay import sql
-from outbox_relay.models import Channel, OrderingOnDead
+from outbox_relay.models import OrderingOnDead
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from support.rows import insert_rows
 

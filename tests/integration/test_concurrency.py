@@ -106,7 +106,7 @@ def test_eight_processes_deliver_each_message_once(enqueue, database_url, server
 
 
 def _channel():
-    from outbox_relay.models import Channel
+    from outbox_relay.publishers.registry import Channel
 
     return Channel.REDIS
 
@@ -115,7 +115,8 @@ def _channel():
 def test_latency_invocations_handing_over_deliver_each_message_once(enqueue, relay_engine, servers, redis_client,
                                                                     redis_prefix, app_engine):
     from outbox_relay.loop import RelayLoop
-    from outbox_relay.models import Channel, Mode
+    from outbox_relay.models import Mode
+    from outbox_relay.publishers.registry import Channel
     from support.deadline import until, wait_for
 
     # Given an application committing a message every 10 ms

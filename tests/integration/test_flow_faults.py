@@ -217,7 +217,7 @@ def test_batch_and_drain_still_fail_fast_without_the_database(store, publisher, 
     from sqlalchemy import create_engine
     from sqlalchemy.exc import DBAPIError
 
-    from outbox_relay.models import Channel
+    from outbox_relay.publishers.registry import Channel
     from outbox_relay.store import LeaseStore
 
     # A relay whose database refuses connections: batch and drain end with the error (the next run retries)
@@ -246,9 +246,9 @@ def test_a_latency_poller_rides_through_postgresql_stopped_for_1_10_and_40_secon
     from sqlalchemy.pool import NullPool
 
     from outbox_migrations import upgrade
-    from outbox_relay.models import Channel
     from outbox_relay.pollers import PollerRegistry
     from outbox_relay.producer import enqueue_event
+    from outbox_relay.publishers.registry import Channel
     from outbox_tools.lambda_local import LocalContext, load_handler
 
     pgserver = pytest.importorskip("pgserver", reason="embedded PostgreSQL (pip install -e '.[embedded]')")

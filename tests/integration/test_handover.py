@@ -17,9 +17,9 @@ import zipfile
 import pytest
 from sqlalchemy import text
 
-from outbox_relay.models import Channel
 from outbox_relay.pollers import PollerRegistry
 from outbox_relay.producer import enqueue_events_bulk
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 from support.deadline import wait_for

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay import sql
-from outbox_relay.models import Channel, ErrorClass, Outcome, OutcomeKind
+from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, array_literal, text_array_literal
 from support.rows import insert_rows
 

@@ -11,10 +11,9 @@ from sqlalchemy import text
 
 from outbox_relay.config import load_settings
 from outbox_relay.loop import RelayLoop
-from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_kinesis
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.registry import spec_for
+from outbox_relay.publishers.registry import Channel, spec_for
 from outbox_relay.store import LeaseStore
 from support.aws_harness import (  # noqa: F401 (fixtures)
     Faults,

@@ -19,8 +19,8 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import current_revision, head_revision, script_location, upgrade
-from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_event
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from outbox_tools.servers import create_database, drop_database, with_database
 

@@ -173,8 +173,8 @@ def test_stats_on_an_empty_outbox(outbox):
 
 
 def test_stats_shows_the_pollers_live_now_and_the_last_window_without_one(outbox, app_engine, database_url):
-    from outbox_relay.models import Channel
     from outbox_relay.pollers import PollerRegistry
+    from outbox_relay.publishers.registry import Channel
 
     # Given a poller that left, 0.4 s without one, then a poller polling now
     seed(app_engine, "pending")

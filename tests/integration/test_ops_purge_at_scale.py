@@ -17,8 +17,9 @@ import time
 import pytest
 from sqlalchemy import text
 
-from outbox_relay.models import Channel, Outcome, OutcomeKind
+from outbox_relay.models import Outcome, OutcomeKind
 from outbox_relay.operations import purge as purge_module
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from support.rows import insert_rows
 

@@ -19,12 +19,13 @@ from sqlalchemy import text
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.loop import RelayLoop, RelayPolicy
-from outbox_relay.models import Channel, DeliveryResult, ErrorClass, Mode, OrderingOnDead
+from outbox_relay.models import DeliveryResult, ErrorClass, Mode, OrderingOnDead
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline, Publisher
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, lease_token
 from outbox_tools.local_ses import fail_send_email
 from support.ses import make_publisher, sent_messages

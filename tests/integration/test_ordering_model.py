@@ -22,11 +22,12 @@ from sqlalchemy import create_engine, text
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.loop import RelayLoop, RelayPolicy
-from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, Mode, OrderingOnDead
+from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, Mode, OrderingOnDead
 from outbox_relay.operations.dead import discard
 from outbox_relay.operations.redrive import RedriveSelection, redrive
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline, Publisher
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.recording import Batch
 from outbox_relay.store import LeaseStore, lease_token
 

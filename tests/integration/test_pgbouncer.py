@@ -28,8 +28,8 @@ from sqlalchemy.pool import NullPool
 
 from outbox_relay.config import load_settings
 from outbox_relay.db import create_relay_engine
-from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_event, enqueue_events_bulk
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LOCKED_HOLD_MAX_SECONDS, LeaseStore, lease_token
 from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 from support.pgbouncer import MissingPgBouncer, PgBouncer, pgbouncer_binary, pgbouncer_version

@@ -19,10 +19,11 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay.loop import RelayLoop
-from outbox_relay.models import Mode, RedisTrim
+from outbox_relay.models import Mode
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis.client import create_redis_client
+from outbox_relay.publishers.redis.settings import RedisTrim
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import OwnCluster
 

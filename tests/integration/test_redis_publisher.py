@@ -55,10 +55,10 @@ def test_maxlen_trims_the_stream_approximately(enqueue, store, servers, plenty, 
 
 def test_the_largest_maxlen_the_settings_accept_is_one_redis_accepts(enqueue, store, servers, plenty, redis_client,
                                                                       redis_prefix):
-    from outbox_relay.config import Settings
+    from outbox_relay.publishers.redis.settings import RedisSettings
 
     # Given the upper bound of OUTBOX_REDIS_MAXLEN, and one more
-    largest = next(m.le for m in Settings.model_fields["redis_maxlen"].metadata if hasattr(m, "le"))
+    largest = next(m.le for m in RedisSettings.model_fields["redis_maxlen"].metadata if hasattr(m, "le"))
     client = redis_lib.Redis.from_url(servers.redis_url)
     enqueue(2, stream="bound")
     first, second = store.claim("a", 10, 30).messages

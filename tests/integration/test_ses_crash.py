@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from outbox_relay.loop import RelayLoop
-from outbox_relay.models import Channel
 from outbox_relay.publishers.base import Deadline
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.store import LeaseStore
 from outbox_tools.local_ses import LocalSesServer, answer_get_account

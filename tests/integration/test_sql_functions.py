@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from outbox_relay.email.addresses import parse_address
-from outbox_relay.email.mime import build_mime
-from outbox_relay.email.payload import EmailPayload
 from outbox_relay.errors import InvalidMessageError
 from outbox_relay.producer import enqueue_email, enqueue_event, enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from outbox_relay.publishers.ses.addresses import parse_address
+from outbox_relay.publishers.ses.mime import build_mime
+from outbox_relay.publishers.ses.payload import EmailPayload
 from support.sql_functions import Raw, Refused, call, count, stored
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,8 @@ from botocore.exceptions import EndpointConnectionError
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.config import load_settings
-from outbox_relay.email.payload import OUTBOX_TAG
 from outbox_relay.loop import RelayPolicy
-from outbox_relay.models import Channel, DeliveryResult, ErrorClass
+from outbox_relay.models import DeliveryResult, ErrorClass
 from outbox_relay.producer import (
     enqueue_email,
     enqueue_event,
@@ -31,7 +30,8 @@ from outbox_relay.producer import (
     enqueue_sqs,
 )
 from outbox_relay.publishers.base import Publisher
-from outbox_relay.publishers.registry import spec_for
+from outbox_relay.publishers.registry import Channel, spec_for
+from outbox_relay.publishers.ses.payload import OUTBOX_TAG
 from outbox_tools.local_ses import answer_get_account, fail_send_email
 from support.aws_harness import (
     Faults,

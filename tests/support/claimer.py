@@ -25,9 +25,9 @@ from sqlalchemy import create_engine
 
 from outbox_relay.backoff import Backoff
 from outbox_relay.loop import RelayLoop, RelayPolicy
-from outbox_relay.models import Channel
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, lease_token
 
 

@@ -12,20 +12,13 @@ from typing import Any
 from sqlalchemy import text
 
 from outbox_relay import observability as obs
-from outbox_relay.producer import (
-    enqueue_email,
-    enqueue_eventbridge,
-    enqueue_events_bulk,
-    enqueue_kinesis,
-    enqueue_sns,
-    enqueue_sqs,
-)
+from outbox_relay.producer import enqueue
 from outbox_relay.publishers.registry import CHANNELS
 from support.rows import insert_rows
 from support.template import ROOT, TemplateModel
 
 EVENTS = ROOT / "events"
-RELAY_FUNCTION = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
+RELAY_FUNCTION = {s.name: f"Relay{s.template_prefix}Function" for s in CHANNELS}
 SENDER = "outbox@example.com"
 EMF_DIMENSIONS = {"channel", "service"}  # as tests/unit/test_template.py expects of the template
 
@@ -85,22 +78,17 @@ def assert_emf_matches_the_template(documents: list[dict[str, Any]], channel: st
 
 
 def seed(channel: str, app_engine, redis_prefix: str, n: int = 3) -> str:
-    """Enqueue `n` messages for `channel`; returns the stream (redis), the recipient domain (ses),
-    or the channel (sqs, sns, eventbridge, kinesis: payload {"n": i}, type order.placed)."""
+    """Enqueue `n` messages for `channel` through the producer API's `enqueue`: type
+    order.placed and payload {"n": i}, with a stream for Redis; an email for SES. Returns
+    the stream (redis), the recipient domain (ses), or the channel."""
     with app_engine.begin() as conn:
-        if channel == "redis":
-            stream = redis_prefix + "events"
-            enqueue_events_bulk(conn, [dict(stream=stream, type="order.placed", payload={"n": i}) for i in range(n)])
-            return stream
-        aws = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge,
-               "kinesis": enqueue_kinesis}.get(channel)
-        if aws is not None:
-            for i in range(n):
-                aws(conn, type="order.placed", payload={"n": i})
-            return channel
         for i in range(n):
-            enqueue_email(conn, to=f"customer{i}@example.net", subject=f"Order {i}", text="Thank you.")
-        return "example.net"
+            if channel == "ses":
+                enqueue(conn, channel="ses", to=f"customer{i}@example.net", subject=f"Order {i}", text="Thank you.")
+            else:
+                stream = {"stream": redis_prefix + "events"} if channel == "redis" else {}
+                enqueue(conn, channel=channel, type="order.placed", payload={"n": i}, **stream)
+    return {"redis": redis_prefix + "events", "ses": "example.net"}.get(channel, channel)
 
 
 def statuses(app_engine) -> list[tuple[str, str, bool]]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from outbox_relay.errors import DownstreamUnavailable
-from outbox_relay.models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, Outcome
+from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, Outcome
 from outbox_relay.publishers.base import Deadline, Publisher, RecordResults
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import ClaimResult, RecordResult
 from outbox_relay.testing import InMemoryStore, StoredMessage
 

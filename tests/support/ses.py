@@ -17,9 +17,9 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from outbox_relay.email.addresses import parse_address
-from outbox_relay.models import Channel
 from outbox_relay.producer import enqueue_email
+from outbox_relay.publishers.registry import Channel
+from outbox_relay.publishers.ses.addresses import parse_address
 from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.store import LeaseStore

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from test_enqueue_validation import RecordingConnection
 
-from outbox_relay.aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES
 from outbox_relay.errors import InvalidMessageError
 from outbox_relay.producer import enqueue_eventbridge, enqueue_sns, enqueue_sqs
+from outbox_relay.publishers.aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES
 
 PRODUCERS = {"sqs": enqueue_sqs, "sns": enqueue_sns, "eventbridge": enqueue_eventbridge}
 

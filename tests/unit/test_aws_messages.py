@@ -8,18 +8,25 @@ import uuid
 
 import pytest
 
-from outbox_relay.aws_messages import (
-    MAX_AWS_MESSAGE_BYTES,
-    attribute_bytes,
-    aws_row,
-    detail_text,
-    message_size,
-)
-from outbox_relay.models import Channel, ClaimedMessage, Status
+from outbox_relay.models import ClaimedMessage, Status
 from outbox_relay.publishers.aws_entries import attributed_entry, group_id
+from outbox_relay.publishers.aws_message import MAX_AWS_MESSAGE_BYTES, attribute_bytes, attributed_size
+from outbox_relay.publishers.eventbridge.message import detail_text, entry_size
 from outbox_relay.publishers.eventbridge.publisher import EventBridgePublisher
+from outbox_relay.publishers.registry import Channel, spec_for
 
 MID = "0b7c4a52-3c1e-4d8e-9a51-2f0e6d9b1c11"
+
+
+def aws_row(channel, fields):
+    return spec_for(channel).message_row(fields)
+
+
+def message_size(channel, row, message_id, source=None):
+    """The size the producer API checks: SQS and SNS count body and attributes, EventBridge its entry."""
+    if channel is Channel.EVENTBRIDGE:
+        return entry_size(detail_text(row["payload"], message_id), row["type"], source)
+    return attributed_size({**row, "message_id": message_id})
 
 
 def test_an_attribute_counts_its_name_its_data_type_and_its_value_in_utf8():

@@ -105,7 +105,7 @@ def test_the_package_the_command_and_the_distribution_name_every_channel():
         "pyproject.toml": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"],
     }
     for what, text in descriptions.items():
-        missing = [s.channel.value for s in CHANNELS if not re.search(rf"\b{s.channel.value}\b", text, re.I)]
+        missing = [s.name for s in CHANNELS if not re.search(rf"\b{s.name}\b", text, re.I)]
         assert missing == [], f"{what} does not name {missing}"
 
 

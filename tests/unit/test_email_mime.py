@@ -9,10 +9,10 @@ from email.header import decode_header, make_header
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outbox_relay.email.addresses import encode_address, encode_header_value
-from outbox_relay.email.mime import build_mime
-from outbox_relay.email.payload import validate_payload
 from outbox_relay.errors import InvalidMessageError
+from outbox_relay.publishers.ses.addresses import encode_address, encode_header_value
+from outbox_relay.publishers.ses.mime import build_mime
+from outbox_relay.publishers.ses.payload import validate_payload
 
 
 def parse(raw: bytes):

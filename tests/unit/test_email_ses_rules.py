@@ -11,9 +11,9 @@ import pytest
 from botocore.stub import Stubber
 
 from outbox_relay.models import ClaimedMessage, ErrorClass, Status
-from outbox_relay.producer import email_row
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.errors import Verdict, classify_client_error
+from outbox_relay.publishers.ses.message import email_row
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.publishers.ses.rate import SendRateLimiter
 from outbox_relay.publishers.ses.requests import mailboxes, redact, redactions
@@ -64,7 +64,7 @@ def test_error_classification_table(code, message, status, own_sender, own_set, 
 
 def test_stored_error_text_loses_the_messages_addresses():
     p = email_row(to=["박지우 <jiwoo@example.com>"], cc=["cc@example.com"], subject="s", text="t")
-    from outbox_relay.email.payload import load_payload
+    from outbox_relay.publishers.ses.payload import load_payload
 
     pairs = redactions(mailboxes(load_payload(p["payload"]), "Shop <noreply@shop.example>"))
     text = ("Email address is not verified. The following identities failed the check: jiwoo@example.com, "

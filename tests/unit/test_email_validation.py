@@ -10,12 +10,12 @@ from unittest import mock
 
 import pytest
 
-from outbox_relay.email import mime as mime_mod
-from outbox_relay.email import payload as payload_mod
-from outbox_relay.email.addresses import parse_address
-from outbox_relay.email.payload import load_payload
 from outbox_relay.errors import InvalidMessageError
-from outbox_relay.producer import email_row
+from outbox_relay.publishers.ses import mime as mime_mod
+from outbox_relay.publishers.ses import payload as payload_mod
+from outbox_relay.publishers.ses.addresses import parse_address
+from outbox_relay.publishers.ses.message import email_row
+from outbox_relay.publishers.ses.payload import load_payload
 
 OK = {"to": ["ana@example.com"], "subject": "Hello", "text": "body"}
 

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from outbox_relay.errors import InvalidMessageError
-from outbox_relay.events import MAX_EVENT_PAYLOAD_BYTES
 from outbox_relay.producer import enqueue_event, enqueue_events_bulk
+from outbox_relay.publishers.redis.message import MAX_EVENT_PAYLOAD_BYTES
 
 
 class RecordingConnection:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from outbox_relay import observability as obs
-from outbox_relay.models import Channel
 from outbox_relay.pollers import ADD_COOLDOWN_SECONDS, Handover, Pollers, Renewal
 from outbox_relay.publishers.base import Deadline
+from outbox_relay.publishers.registry import Channel
 
 TTL = 5.0
 BEAT = 1.0

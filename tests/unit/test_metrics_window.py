@@ -7,7 +7,7 @@ import warnings
 
 from outbox_relay import observability as obs
 from outbox_relay.invocation import MetricsWindow
-from outbox_relay.models import Channel
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import RecordResult
 from outbox_relay.summary import Summary
 

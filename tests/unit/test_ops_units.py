@@ -4,8 +4,8 @@ import uuid
 
 import pytest
 
-from outbox_relay.models import Channel
 from outbox_relay.operations.redrive import RedriveSelection
+from outbox_relay.publishers.registry import Channel
 from outbox_tools.durations import format_seconds, parse_duration
 
 

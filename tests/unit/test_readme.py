@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from outbox_relay.config import Settings
+from outbox_relay import config
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -23,11 +23,7 @@ _CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
 def variables() -> set[str]:
-    names = set()
-    for name, info in Settings.model_fields.items():
-        alias = info.validation_alias
-        names.add(alias if isinstance(alias, str) else f"OUTBOX_{name.upper()}")
-    return names
+    return set(config.variables())
 
 
 def documents() -> list[Path]:

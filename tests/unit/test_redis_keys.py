@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from outbox_relay.events import check_stream_name
 from outbox_relay.models import ErrorClass
+from outbox_relay.publishers.redis.message import check_stream_name
 from outbox_relay.publishers.redis.replies import classify_reply_error
 from outbox_relay.publishers.redis.script import dedupe_key
 

@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 
+from outbox_relay import config
 from outbox_relay import observability as obs
-from outbox_relay.config import MaintenanceSettings, Settings
+from outbox_relay.config import Settings
 from outbox_relay.invocation import ScheduleEvent
-from outbox_relay.models import Channel, Mode
+from outbox_relay.models import Mode
 from outbox_relay.publishers.redis.metrics import METRICS as REDIS_METRICS
-from outbox_relay.publishers.registry import CHANNELS
+from outbox_relay.publishers.registry import CHANNELS, Channel
 from support.template import ROOT, TemplateModel
 
 MODEL = TemplateModel(every_condition=True)
@@ -45,8 +46,8 @@ EMF_DIMENSIONS = {"channel", "service"}
 REPUTATION_METRICS = {"EmailSent", "EmailBounced", "EmailComplained"}
 FEEDBACK_DIMENSIONS = {name: ({"service", "configuration_set"} if name in REPUTATION_METRICS else {"service"})
                        for name in obs.FEEDBACK_METRICS}
-RELAY_FUNCTIONS = {s.channel.value: f"Relay{s.template_prefix}Function" for s in CHANNELS}
-PREFIXES = {s.channel.value: s.template_prefix for s in CHANNELS}
+RELAY_FUNCTIONS = {s.name: f"Relay{s.template_prefix}Function" for s in CHANNELS}
+PREFIXES = {s.name: s.template_prefix for s in CHANNELS}
 #: A value of each channel's switch parameter that turns it on.
 SWITCHES_ON = {"RedisUrlSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:r-AbCdEf",
                "SesSenderIdentity": "example.com",
@@ -267,16 +268,8 @@ def test_maintenance_schedule_sends_the_sample_scheduled_event() -> None:
 # Functions, layer, settings
 # --------------------------------------------------------------------------
 
-def _env_names(model: type[Settings]) -> set[str]:
-    names = set()
-    for field, info in model.model_fields.items():
-        alias = info.validation_alias
-        names.add(alias if isinstance(alias, str) else f"OUTBOX_{field.upper()}")
-    return names
-
-
 def test_every_variable_the_template_sets_is_read_by_the_settings() -> None:
-    known = _env_names(Settings) | _env_names(MaintenanceSettings)
+    known = set(config.variables())
     powertools = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL",
                   "POWERTOOLS_LOGGER_LOG_EVENT", "POWERTOOLS_TRACER_CAPTURE_RESPONSE"}
     boto = {"AWS_ENDPOINT_URL"}  # empty in AWS (boto3 ignores it); sam local points it at moto

@@ -24,7 +24,7 @@ def test_the_committed_template_is_the_generated_one() -> None:
 def test_each_registered_channel_has_its_file_and_one_block() -> None:
     template = TemplateModel()
     for spec in CHANNELS:
-        assert (ROOT / "infra/template/channels" / f"{spec.channel.value}.yaml").is_file()
+        assert (ROOT / "infra/template/channels" / f"{spec.name}.yaml").is_file()
         functions = [n for n, r in template.resources.items()
                      if r["Type"] == "AWS::Serverless::Function" and n.startswith("Relay")]
         assert functions.count(f"Relay{spec.template_prefix}Function") == 1
@@ -34,3 +34,21 @@ def test_each_registered_channel_has_its_file_and_one_block() -> None:
 
 def test_the_check_mode_passes_on_the_committed_template() -> None:
     assert generator.main(["--check"]) == 0
+
+
+def test_the_local_files_are_the_generated_ones() -> None:
+    # sam-env.json and samconfig.toml hold each channel's `local` values (decision 0061)
+    for path, text in generator.outputs().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name}: run `{generator.COMMAND}`"
+
+
+def test_a_channels_local_values_reach_sam_env_and_samconfig() -> None:
+    # Given the generator's view of the channels, one of them with other local values
+    channels = generator._channels()
+    channels[0].local = {"switch": "placeholder-x", "environment": {"OUTBOX_X": "y"}}
+    env = generator.sam_env(channels, (ROOT / "infra/sam-env.json").read_text(encoding="utf-8"))
+    config = generator.samconfig(channels, (ROOT / "samconfig.toml").read_text(encoding="utf-8"))
+    # Then its function's settings and its switch's placeholder are what the files say
+    prefix, switch = channels[0].spec.template_prefix, channels[0].values["switch"]
+    assert '"OUTBOX_X": "y"' in env and f'"Relay{prefix}Function"' in env and '"MaintenanceFunction"' in env
+    assert config.count(f"{switch}=placeholder-x ") == 2 and "SubnetIds=" in config

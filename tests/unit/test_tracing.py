@@ -12,9 +12,9 @@ import pytest
 
 from outbox_relay import tracing
 from outbox_relay.models import ClaimedMessage, Status
-from outbox_relay.producer import email_row
 from outbox_relay.publishers.eventbridge.publisher import EventBridgePublisher
 from outbox_relay.publishers.redis.entries import cloudevent_fields, plain_fields
+from outbox_relay.publishers.ses.message import email_row
 from outbox_relay.publishers.ses.requests import prepare
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -1,9 +1,12 @@
 """Write template.yaml from infra/template/: the common part (base.yaml), and one
 block per registered channel (channel.yaml, filled in with the channel's values
 from channels/<channel>.yaml). Decision 0041; docs/howto/add-a-channel.md.
+Each channel's `local` values (its function's settings against the compose
+services, its switch's placeholder) go into infra/sam-env.json and samconfig.toml's
+`parameter_overrides`, whose other entries are kept as written (decision 0061).
 
-    python -m outbox_tools.template          # writes template.yaml
-    python -m outbox_tools.template --check  # exits 1 when template.yaml differs
+    python -m outbox_tools.template          # writes template.yaml, infra/sam-env.json, samconfig.toml
+    python -m outbox_tools.template --check  # exits 1 when one of them differs
 
 ruamel.yaml's round trip keeps the comments, quotes and CloudFormation tags
 (`!Ref`, `!Sub`, ...) of the sources in the output, so the generated template
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -89,12 +93,13 @@ class Channel:
 
     def __init__(self, spec: ChannelSpec, index: int, extra_row: int) -> None:
         self.spec = spec
-        self.file = _sources() / "channels" / f"{spec.channel.value}.yaml"
+        self.file = _sources() / "channels" / f"{spec.name}.yaml"
         if not self.file.is_file():
-            raise FileNotFoundError(f"channel {spec.channel.value!r} is registered but has no "
+            raise FileNotFoundError(f"channel {spec.name!r} is registered but has no "
                                     f"infra/template/channels/{self.file.name} (docs/howto/add-a-channel.md)")
         own = _yaml().load(_source(self.file))
-        self.values = {**own.pop("values"), "Prefix": spec.template_prefix, "channel": spec.channel.value}
+        self.values = {**own.pop("values"), "Prefix": spec.template_prefix, "channel": spec.name}
+        self.local = own.pop("local")
         statements = own.pop("statements", [])
         rows = own.pop("dashboard_rows", [])
         self.extra_rows = len(rows)
@@ -143,7 +148,7 @@ def _common_values(channels: list[Channel]) -> dict[str, str]:
         at_least_one = f"Set {switches[0]}."
     else:
         at_least_one = f"Set {', '.join(switches)}, or {'both' if len(channels) == 2 else 'several'}."
-    metrics = [f'["${{Namespace}}", "{metric}", "channel", "{c.spec.channel.value}", "service", "outbox-relay"{extra}]'
+    metrics = [f'["${{Namespace}}", "{metric}", "channel", "{c.spec.name}", "service", "outbox-relay"{extra}]'
                for metric, extra in (("PendingDepth", ""), ("DeadCount", ""), ("Purged", ', {"stat": "Sum"}'))
                for c in channels]
     return {"deploys": " and ".join([", ".join(deploys[:-1]), deploys[-1]] if len(deploys) > 1 else deploys),
@@ -176,7 +181,7 @@ def _expand(node: Any, channels: list[Channel], label: str | None = None) -> Any
                         rule = "-" * 75
                         node.yaml_set_comment_before_after_key(name, indent=2, before=(
                             f"\n{rule}\n{channel.values['Name']} relay (infra/template/channels/"
-                            f"{channel.spec.channel.value}.yaml): its function (the relay's code,\n"
+                            f"{channel.spec.name}.yaml): its function (the relay's code,\n"
                             f"the channel from OUTBOX_CHANNEL), log group and alarms\n{rule}"))
                     first = False
                     at += 1
@@ -241,19 +246,53 @@ def generate() -> str:
     return HEADER + text[text.index("AWSTemplateFormatVersion"):]
 
 
+def sam_env(channels: list[Channel], committed: str) -> str:
+    """infra/sam-env.json with each relay function's settings from its channel's `local`
+    values, in registry order; the other functions' sections are kept as written."""
+    env = json.loads(committed)
+    relays = {f"Relay{c.spec.template_prefix}Function": dict(c.local["environment"]) for c in channels}
+    others = {name: values for name, values in env.items() if name != "Parameters" and not name.startswith("Relay")}
+    return json.dumps({"Parameters": env["Parameters"], **relays, **others}, indent=2, ensure_ascii=False) + "\n"
+
+
+def samconfig(channels: list[Channel], committed: str) -> str:
+    """samconfig.toml with each `parameter_overrides` holding every channel's switch and its
+    `local` placeholder (so `sam local` deploys every relay) where the switches stand, the
+    other parameters kept as written."""
+    switches = [f"{c.values['switch']}={c.local['switch']}" for c in channels]
+    names = {c.values["switch"] for c in channels}
+
+    def overrides(match: re.Match[str]) -> str:
+        kept = [p for p in match[1].split() if p.split("=", 1)[0] not in names]
+        return f'parameter_overrides = "{" ".join(kept[:1] + switches + kept[1:])}"'
+
+    return re.sub(r'(?m)^parameter_overrides = "([^"]*)"', overrides, committed)
+
+
+def outputs() -> dict[Path, str]:
+    """Each generated file's text, by its path."""
+    channels = _channels()
+    root = project_root()
+    env, config = root / "infra" / "sam-env.json", root / "samconfig.toml"
+    return {root / "template.yaml": generate(),
+            env: sam_env(channels, env.read_text(encoding="utf-8")),
+            config: samconfig(channels, config.read_text(encoding="utf-8"))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when template.yaml is not the generated one")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a file is not the generated one")
     args = parser.parse_args(argv)
-    text = generate()
-    template = project_root() / "template.yaml"
-    if args.check:
-        if template.read_text(encoding="utf-8") != text:
-            print(f"template.yaml is not what infra/template/ generates; run `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    template.write_text(text, encoding="utf-8")
-    print(f"wrote template.yaml ({len(CHANNELS)} channels)")
+    root = project_root()
+    for path, text in outputs().items():
+        name = path.relative_to(root).as_posix()
+        if args.check:
+            if path.read_text(encoding="utf-8") != text:
+                print(f"{name} is not what infra/template/ generates; run `{COMMAND}`", file=sys.stderr)
+                return 1
+            continue
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {name} ({len(CHANNELS)} channels)")
     return 0
 
 

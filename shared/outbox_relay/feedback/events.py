@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator, Mapping
 
-from ..email.payload import OUTBOX_TAG
 from ..errors import InvalidEventError
+from ..publishers.ses.payload import OUTBOX_TAG
 
 EVENT_TYPES: Mapping[str, tuple[str, str]] = {
     "Send": ("send", "send"),

@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from pydantic import model_validator
 
 from .. import observability as obs
-from ..config import Settings, _load
+from ..config import _load, settings_for
 from ..db import create_relay_engine
 from ..errors import ConfigurationError
 from .events import IGNORED, FeedbackEvent, MalformedEvent, parse_records
@@ -23,7 +23,7 @@ from .store import FeedbackStore
 REPUTATION_METRICS = {"send": "EmailSent", "bounce": "EmailBounced", "complaint": "EmailComplained"}
 
 
-class FeedbackSettings(Settings):
+class FeedbackSettings(settings_for("ses")):  # type: ignore[misc]
     """The database, the addresses' key and OUTBOX_SES_SUPPRESSION (on unless false)."""
 
     relays: ClassVar[bool] = False

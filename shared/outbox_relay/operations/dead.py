@@ -11,7 +11,8 @@ from sqlalchemy import Engine
 
 from .. import sql
 from ..db import run_with_retry
-from ..models import Channel, MessageRow, Status
+from ..models import MessageRow, Status
+from ..publishers.registry import Channel
 
 
 @dataclass(frozen=True, slots=True)

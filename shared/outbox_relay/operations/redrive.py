@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from .. import sql
 from ..db import run_with_retry
-from ..models import Channel
+from ..publishers.registry import Channel
 
 REDRIVE_BATCH = 1000
 

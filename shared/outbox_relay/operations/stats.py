@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from .. import sql
 from ..db import run_with_retry
-from ..models import Channel
+from ..publishers.registry import Channel
 
 #: Email feedback counts per channel (docs/design.md, "SES feedback").
 FEEDBACK_COUNTS = ("bounced", "complained", "suppressed", "ambiguous")

@@ -30,7 +30,7 @@ def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field:
     """The SQS or SNS entry of `m`: the payload as `body_field`, id, type, key and headers as
     attributes; on FIFO the key (or the id) as group and the id as deduplication id.
     Over 256 KiB with its attributes: a permanent failure."""
-    from ..aws_messages import (
+    from .aws_message import (
         ID_ATTRIBUTE,
         KEY_ATTRIBUTE,
         MAX_AWS_MESSAGE_BYTES,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, ClassVar, Mapping, Sequence
 
-from ..models import Channel, ClaimedMessage, DeliveryResult
+from ..models import ClaimedMessage, DeliveryResult
 
 #: The relay's callback: record these results now (one outcome statement).
 RecordResults = Callable[[Sequence[DeliveryResult]], None]
@@ -71,7 +71,7 @@ class Deadline:
 class Publisher(ABC):
     """A channel's delivery side; the contract is the module's docstring."""
 
-    channel: ClassVar[Channel]
+    channel: ClassVar[str]  # its `registry.Channel` member (a str)
     pipelined: ClassVar[bool] = False
     rate_shared: ClassVar[bool] = False
 

@@ -1,8 +1,9 @@
 """What a channel's package exports: one `ChannelSpec`, listed in `registry`.
 
 Everything outside `publishers/<channel>/` that differs by channel reads it from
-here (runtime, settings, observability, the CLI, the template tests), so a new
-channel is a new package and one line in the registry (docs/howto/add-a-channel.md).
+here (runtime, settings, the producer API, observability, the CLI, the template
+tests), so a new channel is a new package and one line in the registry
+(docs/howto/add-a-channel.md, decision 0061).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-
-from ..models import Channel
 
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
@@ -32,15 +31,40 @@ class ChannelLimits:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One option of a channel's `outbox enqueue-…` command: `flag` gives the producer
+    API's keyword `field`. `kind` says how the command line's text becomes the value:
+    text, int, json (JSON text or @file), file-text (text or @file), time (ISO 8601),
+    list (repeatable), pairs= / pairs: (repeatable NAME=VALUE / Name: value), files
+    (repeatable paths, read as attachments)."""
+
+    flag: str
+    field: str
+    help: str = ""
+    kind: str = "text"
+    required: bool = False
+
+
+#: The options every channel's command has, after its own.
+COMMON_OPTIONS = (
+    Option("--message-id", "message_id", "Idempotency key (UUID)."),
+    Option("--deliver-at", "deliver_at", "ISO 8601 time with offset, e.g. 2026-12-01T09:00:00+09:00.", "time"),
+    Option("--max-attempts", "max_attempts", "Retry budget of this message, 1-1000.", "int"),
+)
+
+
+@dataclass(frozen=True)
 class ChannelSpec:
     """One channel, as the rest of the relay knows it."""
 
-    channel: Channel
-    #: Its settings: a pydantic mixin of `config.Settings` (its environment variables).
+    #: Its name: what `OUTBOX_CHANNEL` and the `channel` column hold (`registry.Channel`).
+    name: str
+    #: Its settings: a pydantic model of its own variables, composed with the common
+    #: ones into its function's settings (`config.settings_for`).
     settings: type[BaseSettings]
-    #: Relations between its settings, given the whole `Settings`: `check(settings, relayed)`
+    #: Relations between its settings and the common ones: `check(settings, relayed)`
     #: raises ValueError naming the variable; `relayed` is true when this channel is the one
-    #: the function relays (the maintenance function relays none).
+    #: the function relays (the feedback function reads SES's settings and relays none).
     check_settings: Callable[[Any, bool], None]
     #: Variables its relation checks may name first (so a failure names the right one).
     relation_variables: tuple[str, ...]
@@ -48,30 +72,43 @@ class ChannelSpec:
     #: settings, on a cold start. A dotted path, not the function: the settings read
     #: this registry, and the publisher's modules read the settings (through logging).
     builder: str
-    #: `module:function` that checks one message's fields for it (keyword arguments of
-    #: its producer API function) and returns the row the producer API writes; raises
-    #: `InvalidMessageError` naming the field.
-    validator: str
-    #: The producer API function (`producer.<name>`) that writes one message for it.
+    #: The module of its message (imported by producers only): `message_row(fields, now,
+    #: context)` checks one message's fields (the producer API's keyword arguments) and
+    #: returns the row to write, raising `InvalidMessageError` naming the field; and its
+    #: named producer API function, `producer`.
+    messages: str
     producer: str
-    #: The `outbox` command that enqueues one message for it.
+    #: Its `outbox` enqueue command: the name, what it says it enqueues, its own options
+    #: (the common ones follow).
     enqueue_command: str
+    enqueue_help: str
+    enqueue_options: tuple[Option, ...]
     #: Metrics only its publisher emits (its `counters`), by name.
     metrics: tuple[str, ...]
     limits: ChannelLimits
     #: The template's resource prefix (`<Prefix>RelayFunction`, `Enable<Prefix>`).
     template_prefix: str
+    #: Its `messaging.system` in the relay's spans (OpenTelemetry semantic conventions;
+    #: a system they do not list goes by its own name).
+    messaging_system: str
     #: Young-generation GC threshold once the container is initialised (`runtime.settle_gc`);
     #: None keeps CPython's default (publishers that leave reference cycles behind).
     gc_young_threshold: int | None = None
+    #: What its enqueue command calls one message when refusing it ("invalid message: …").
+    enqueue_noun: str = "message"
 
     def build_publisher(self, settings: Any) -> Publisher:
         """Its publisher for `settings` (`builder`)."""
         return _resolve(self.builder)(settings)
 
-    def validate_message(self, **fields: Any) -> Mapping[str, Any]:
-        """The row the producer API would write for these fields (`validator`)."""
-        return _resolve(self.validator)(**fields)
+    def message_row(self, fields: Mapping[str, Any], now: Any = None,
+                    context: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The row the producer API writes for these fields (`messages`)."""
+        return importlib.import_module(self.messages).message_row(fields, now, context)
+
+    def producer_function(self) -> Callable[..., Any]:
+        """Its named producer API function (`producer.<producer>`)."""
+        return getattr(importlib.import_module(self.messages), self.producer)
 
 
 def _resolve(path: str) -> Callable[..., Any]:

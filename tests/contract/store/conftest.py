@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from outbox_relay.models import Channel, OrderingOnDead, Status
+from outbox_relay.models import OrderingOnDead, Status
 from outbox_relay.producer import enqueue_events_bulk
+from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, Store
 from outbox_relay.testing import InMemoryStore
 

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import click
 
-from outbox_relay.email.addresses import address_of, parse_address
 from outbox_relay.feedback.hashing import AddressHasher, address_hasher
 from outbox_relay.feedback.store import FeedbackStore, SuppressionList
 from outbox_relay.operations.dead import get_message, history_of
+from outbox_relay.publishers.ses.addresses import address_of, parse_address
 
 from . import common
 
@@ -61,7 +61,7 @@ def show(message_id: str, as_json: bool) -> None:
     if row is None:
         raise click.ClickException(f"no message {mid}")
     data = {
-        "message_id": row.message_id, "channel": row.channel.value, "destination": row.destination,
+        "message_id": row.message_id, "channel": row.channel, "destination": row.destination,
         "type": row.type, "key": row.key, "status": row.status.value, "attempts": row.attempts,
         "max_attempts": row.max_attempts, "last_error_class": row.last_error_class, "last_error": row.last_error,
         "created_at": row.created_at, "available_at": row.available_at, "delivered_at": row.delivered_at,

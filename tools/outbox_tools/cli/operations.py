@@ -12,20 +12,20 @@ from datetime import datetime, timezone
 
 import click
 
-from outbox_relay.models import Channel, ErrorClass
+from outbox_relay.models import ErrorClass
 from outbox_relay.operations.dead import discard, get_message, list_dead
 from outbox_relay.operations.purge import PURGE_BATCH, count_purge
 from outbox_relay.operations.purge import purge as purge_messages
 from outbox_relay.operations.redrive import REDRIVE_BATCH, RedriveSelection, count_redrive
 from outbox_relay.operations.redrive import redrive as redrive_messages
 from outbox_relay.operations.stats import FEEDBACK_COUNTS, delivery_lag_series, queue_stats
-from outbox_relay.publishers.registry import CHANNELS
+from outbox_relay.publishers.registry import CHANNELS, Channel
 
 from .. import lag_chart
 from ..durations import format_duration, format_seconds, parse_duration
 from . import common
 
-_CHANNELS = click.Choice([spec.channel.value for spec in CHANNELS], case_sensitive=False)
+_CHANNELS = click.Choice([spec.name for spec in CHANNELS], case_sensitive=False)
 _ERROR_CLASSES = click.Choice([e.value for e in ErrorClass], case_sensitive=False)
 #: Columns of `outbox stats --chart`: slices of the lag window (the chart fits 80 columns).
 CHART_COLUMNS = 60
@@ -213,7 +213,7 @@ def dead_show(message_id: str, as_json: bool) -> None:
         raise click.ClickException(f"no message {mid}")
     data = {
         "message_id": row.message_id, "seq": row.seq, "status": row.status.value,
-        "channel": row.channel.value, "destination": row.destination, "type": row.type, "key": row.key,
+        "channel": row.channel, "destination": row.destination, "type": row.type, "key": row.key,
         "attempts": row.attempts, "max_attempts": row.max_attempts,
         "last_error_class": row.last_error_class, "last_error": row.last_error,
         "created_at": row.created_at, "available_at": row.available_at, "dead_at": row.dead_at,

@@ -27,7 +27,7 @@ from .sam import Invocation, StartLambda, invoke
 
 #: The sample in events/ each function runs on when no --event is given.
 DEFAULT_EVENTS = {
-    **{f"Relay{spec.template_prefix}Function": f"relay-{spec.channel.value}-scheduler.json" for spec in CHANNELS},
+    **{f"Relay{spec.template_prefix}Function": f"relay-{spec.name}-scheduler.json" for spec in CHANNELS},
     "MaintenanceFunction": "maintenance-scheduled.json",
     "MigrationFunction": "migrate-create.json",
     "FeedbackFunction": "feedback-delivery.json",

@@ -4,37 +4,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..aws_message import AWS_OPTIONS, MAX_AWS_MESSAGE_BYTES
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .settings import RELATION_VARIABLES, EventBridgeSettings, check_settings
 
-
-def message_row(**fields: Any) -> dict[str, Any]:
-    """The row `producer.enqueue_eventbridge` writes for these keyword arguments (validated)."""
-    from ...aws_messages import aws_row
-
-    return aws_row(Channel.EVENTBRIDGE, fields)
-
-
-def _limits() -> ChannelLimits:
-    from ...aws_messages import MAX_AWS_MESSAGE_BYTES
-
-    # PutEvents: 10 entries and 256 KiB per call ("Amazon EventBridge quotas").
-    return ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES)
-
-
 SPEC = ChannelSpec(
-    channel=Channel.EVENTBRIDGE,
+    name="eventbridge",
     settings=EventBridgeSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.eventbridge.publisher:build_eventbridge_publisher",
-    validator="outbox_relay.publishers.eventbridge:message_row",
+    messages="outbox_relay.publishers.eventbridge.message",
     producer="enqueue_eventbridge",
     enqueue_command="enqueue-eventbridge",
+    enqueue_help="Enqueue one EventBridge event (the payload, a JSON object, is its detail) and print its message id.",
+    enqueue_options=(*AWS_OPTIONS,
+        Option("--source", "source", "The event's source; else OUTBOX_EVENTBRIDGE_SOURCE."),
+        Option("--bus", "bus", "The event bus (name or ARN); else OUTBOX_EVENTBRIDGE_BUS."),
+    ),
     metrics=(),
-    limits=_limits(),
+    # PutEvents: 10 entries and 256 KiB per call ("Amazon EventBridge quotas").
+    limits=ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES),
     template_prefix="EventBridge",
+    messaging_system="aws_eventbridge",
 )

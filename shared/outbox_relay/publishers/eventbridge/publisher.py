@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from ...aws_messages import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, detail_text
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ...tracing import TRACEPARENT, traceparent_to_xray
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import client_for
 from ..aws_entries import Entry
 from ..aws_errors import ErrorCodes
+from ..aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES
+from ..registry import Channel
+from .message import detail_text
 
 #: The bytes the entry's Time field counts in its size, set or not.
 TIME_BYTES = 14

@@ -1,26 +1,32 @@
 """The Amazon Kinesis Data Streams channel: settings (`settings`), the record's shape
-(`records`), the producer API (`enqueue`) and the publisher the relay drives
-(`publisher`), on the batch calls the AWS channels share (`publishers.aws_batch`).
-`SPEC` is what the registry lists."""
+(`records`), its message (`message`) and the publisher the relay drives (`publisher`),
+on the batch calls the AWS channels share (`publishers.aws_batch`). `SPEC` is what the
+registry lists."""
 
 from __future__ import annotations
 
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..aws_message import AWS_OPTIONS
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .records import BYTES_PER_CALL, MAX_RECORD_BYTES, RECORDS_PER_CALL
 from .settings import RELATION_VARIABLES, KinesisSettings, check_settings
 
 SPEC = ChannelSpec(
-    channel=Channel.KINESIS,
+    name="kinesis",
     settings=KinesisSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.kinesis.publisher:build_kinesis_publisher",
-    validator="outbox_relay.publishers.kinesis.enqueue:kinesis_row",
+    messages="outbox_relay.publishers.kinesis.message",
     producer="enqueue_kinesis",
     enqueue_command="enqueue-kinesis",
+    enqueue_help="Enqueue one record for the Kinesis relay's stream (the key is its partition key) "
+                 "and print its message id.",
+    enqueue_options=(*AWS_OPTIONS,
+        Option("--header", "headers", "A header of the record, name=value (repeatable).", "pairs="),
+    ),
     metrics=(),
     limits=ChannelLimits(entries_per_call=RECORDS_PER_CALL, bytes_per_call=BYTES_PER_CALL,
                          payload_bytes=MAX_RECORD_BYTES),
     template_prefix="Kinesis",
+    messaging_system="aws_kinesis",
 )

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import call_timeouts, create_client
 from ..aws_entries import Entry
 from ..aws_errors import ErrorCodes
+from ..registry import Channel
 from .records import BYTES_PER_CALL, MAX_RECORD_BYTES, RECORDS_PER_CALL, partition_key, record_bytes, record_data
 from .settings import stream_parameter
 

@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
+from ...urls import EndpointUrl
+
 # A stream name is 1-128 of these; an ARN is arn:<partition>:kinesis:<region>:<account>:stream/<name>
 # ("CreateStream", StreamName; "PutRecords", StreamARN).
 _NAME = r"[a-zA-Z0-9_.-]{1,128}"
@@ -16,6 +18,9 @@ _STREAM = re.compile(rf"{_NAME}|arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{{12}}:strea
 
 class KinesisSettings(BaseSettings):
     """Amazon Kinesis Data Streams: the one stream this relay puts records on, and how many calls run at once."""
+
+    aws_endpoint_url_kinesis: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_KINESIS")
+    """AWS_ENDPOINT_URL_KINESIS: the SDK's endpoint for the service (a local one: moto)."""
 
     kinesis_stream: str | None = None
     """OUTBOX_KINESIS_STREAM: the stream's name or ARN."""

@@ -4,45 +4,42 @@ errors (`replies`), the publish script (`script`), the publisher the relay drive
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .metrics import METRICS
 from .settings import RELATION_VARIABLES, RedisSettings, check_settings
 
 #: Allocations (net new container objects) between young-generation collections
 #: in a Redis relay once `runtime.settle_gc` ran; CPython's default is 700.
 GC_YOUNG_THRESHOLD = 20_000
-
-
-def message_row(**fields: Any) -> dict[str, Any]:
-    """The row `producer.enqueue_event` writes for these keyword arguments (validated)."""
-    from ...events import event_row
-
-    return event_row(fields)
-
-
-def _limits() -> ChannelLimits:
-    from ...events import MAX_EVENT_PAYLOAD_BYTES
-
-    # One pipeline carries the whole claimed batch, bounded by OUTBOX_BATCH_SIZE and
-    # OUTBOX_BATCH_MAX_BYTES: Redis puts no limit of its own on it.
-    return ChannelLimits(entries_per_call=None, bytes_per_call=None, payload_bytes=MAX_EVENT_PAYLOAD_BYTES)
+#: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
+#: size limit of Amazon SQS, SNS and EventBridge. Redis accepts far more, but a
+#: relay batch holds every payload in memory; put big documents elsewhere
+#: (S3) and send a reference.
+MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 
 
 SPEC = ChannelSpec(
-    channel=Channel.REDIS,
+    name="redis",
     settings=RedisSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.redis.build:build_redis_publisher",
-    validator="outbox_relay.publishers.redis:message_row",
+    messages="outbox_relay.publishers.redis.message",
     producer="enqueue_event",
     enqueue_command="enqueue-event",
+    enqueue_help="Enqueue one domain event (in its own transaction) and print its message id.",
+    enqueue_options=(
+        Option("--stream", "stream", "Redis stream key.", required=True),
+        Option("--type", "type", "Event type, e.g. order.placed.", required=True),
+        Option("--payload", "payload", "JSON text, or @file.json to read a file.", "json", required=True),
+        Option("--key", "key", "Ordering/partition key."),
+    ),
     metrics=METRICS,
-    limits=_limits(),
+    # One pipeline carries the whole claimed batch, bounded by OUTBOX_BATCH_SIZE and
+    # OUTBOX_BATCH_MAX_BYTES: Redis puts no limit of its own on it.
+    limits=ChannelLimits(entries_per_call=None, bytes_per_call=None, payload_bytes=MAX_EVENT_PAYLOAD_BYTES),
     template_prefix="Redis",
+    messaging_system="redis",
     # A Redis batch builds a few tuples per message, freed by reference counting,
     # and no cycles: the default threshold only makes the collector find nothing.
     gc_young_threshold=GC_YOUNG_THRESHOLD,

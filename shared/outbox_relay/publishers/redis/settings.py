@@ -3,14 +3,37 @@ a mixin of `config.Settings`, and the relations between them."""
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from ...models import RedisFormat, RedisOnFull, RedisTrim
 from ...urls import check_redis_url
+
+
+class RedisTrim(str, enum.Enum):
+    """How streams are kept to OUTBOX_REDIS_MAXLEN (OUTBOX_REDIS_TRIM; docs/channels.md, "Trimming")."""
+
+    MAXLEN = "maxlen"  # XADD MAXLEN ~ n: oldest entries go, read or not
+    ACKNOWLEDGED = "acknowledged"  # only entries every consumer group has acknowledged go
+
+
+class RedisOnFull(str, enum.Enum):
+    """What `acknowledged` trimming does with a stream at its bound because a consumer group
+    lags (OUTBOX_REDIS_ON_FULL)."""
+
+    HOLD = "hold"  # publish nothing more to it: released with attempts refunded, metric StreamFull
+    TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
+
+
+class RedisFormat(str, enum.Enum):
+    """The layout of a stream entry's fields (OUTBOX_REDIS_FORMAT; docs/channels.md, "Entry layouts")."""
+
+    FIELDS = "fields"  # id, type, key, payload, created_at, headers, traceparent, tracestate
+    CLOUDEVENTS = "cloudevents"  # CloudEvents 1.0 attributes, one field each, the payload as `data`
+
 
 # RFC 3986: unreserved, reserved and percent characters.
 _URI_REFERENCE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]{1,512}")

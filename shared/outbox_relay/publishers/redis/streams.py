@@ -15,12 +15,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import DownstreamUnavailable
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass, RedisFormat, RedisOnFull, RedisTrim
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..base import Deadline, Publisher, RecordResults
+from ..registry import Channel
 from .entries import cloudevent_fields, plain_fields
 from .metrics import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .replies import classify_reply_error, reply_error_text
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
+from .settings import RedisFormat, RedisOnFull, RedisTrim
 
 #: Threads sending a batch's per-node pipelines in a cluster.
 NODE_THREADS = 16

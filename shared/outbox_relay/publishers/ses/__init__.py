@@ -1,34 +1,52 @@
-"""The Amazon SES (v2) channel: settings (`settings`), error classification
-(`errors`), rate limiting (`rate`), the sending pool (`pool`), request building
-(`requests`), the client (`client`) and the publisher the relay drives
+"""The Amazon SES (v2) channel: the email as stored and validated (`payload`, with its
+`addresses`, `headers`, `attachment` and `content_types`), the raw MIME message
+(`mime`), the producer API's message (`message`), settings (`settings`), error
+classification (`errors`), rate limiting (`rate`), the sending pool (`pool`), request
+building (`requests`), the client (`client`) and the publisher the relay drives
 (`publisher`). `SPEC` is what the registry lists."""
 
 from __future__ import annotations
 
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .settings import RELATION_VARIABLES, SesSettings, check_settings
 
-
-def _limits() -> ChannelLimits:
-    from ...email.mime import MAX_MESSAGE_BYTES
-
-    # One SendEmail per message (SES v2 has no batch send of distinct emails).
-    return ChannelLimits(entries_per_call=1, bytes_per_call=MAX_MESSAGE_BYTES, payload_bytes=MAX_MESSAGE_BYTES)
+#: SES v2 maximum message size, bytes, after base64 encoding ("Service quotas in Amazon SES").
+MAX_MESSAGE_BYTES = 40_000_000
 
 
 SPEC = ChannelSpec(
-    channel=Channel.SES,
+    name="ses",
     settings=SesSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.ses.publisher:build_ses_publisher",
-    validator="outbox_relay.producer:email_row",
+    messages="outbox_relay.publishers.ses.message",
     producer="enqueue_email",
     enqueue_command="enqueue-email",
+    enqueue_help="Enqueue one email for the SES relay and print its message id.",
+    enqueue_noun="email",
+    enqueue_options=(
+        Option("--to", "to", "Recipient, 'a@example.com' or 'Name <a@example.com>' (repeatable).", "list"),
+        Option("--cc", "cc", "Cc recipient (repeatable).", "list"),
+        Option("--bcc", "bcc", "Bcc recipient (repeatable).", "list"),
+        Option("--reply-to", "reply_to", "Reply-To address (repeatable).", "list"),
+        Option("--from", "sender", "From; a verified SES identity [default: OUTBOX_SES_FROM at send]."),
+        Option("--subject", "subject", "Subject (UTF-8).", required=True),
+        Option("--text", "text", "Plain-text body, or @file.txt.", "file-text"),
+        Option("--html", "html", "HTML body, or @file.html.", "file-text"),
+        Option("--header", "headers", "Custom header 'Name: value' (repeatable).", "pairs:"),
+        Option("--tag", "tags", "SES message tag 'name=value' (repeatable).", "pairs="),
+        Option("--configuration-set", "configuration_set",
+               "SES configuration set [default: OUTBOX_SES_CONFIGURATION_SET]."),
+        Option("--attach", "attachments", "File to attach (repeatable); the email is then sent as raw MIME.",
+               "files"),
+        Option("--key", "key", "Ordering key: emails with the same key are sent one at a time, in order."),
+    ),
     metrics=(),
-    limits=_limits(),
+    # One SendEmail per message (SES v2 has no batch send of distinct emails).
+    limits=ChannelLimits(entries_per_call=1, bytes_per_call=MAX_MESSAGE_BYTES, payload_bytes=MAX_MESSAGE_BYTES),
     template_prefix="Ses",
+    messaging_system="aws_ses",
     # Each send leaves cycles behind (email header classes, botocore's parsers) that a
     # higher threshold would keep in memory longer; SES is paced by its send rate anyway.
     gc_young_threshold=None,

@@ -8,15 +8,16 @@ import re
 import time
 from typing import Any, Callable, Sequence
 
-from ...email.addresses import address_of, parse_address
-from ...email.payload import EmailPayload, load_payload
 from ...errors import ConfigurationError, InvalidMessageError
 from ...feedback.hashing import normalise
-from ...models import Channel, ClaimedMessage, DeliveryResult, ErrorClass
+from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ...observability import logger as log
 from ..aws_client import GATE_INTERVAL_SECONDS, client_for
 from ..base import Deadline, Publisher, RecordResults
+from ..registry import Channel
+from .addresses import address_of, parse_address
 from .client import supports_simple_headers
+from .payload import EmailPayload, load_payload
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
 from .requests import Prepared, prepare

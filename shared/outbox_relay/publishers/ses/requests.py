@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...email.addresses import address_of, encode_address, encode_header_value
-from ...email.mime import MAX_MESSAGE_BYTES, build_mime, field_errors, size_field
-from ...email.payload import MAX_CUSTOM_HEADERS, OUTBOX_TAG, EmailPayload, load_payload
 from ...errors import InvalidMessageError
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ...tracing import TRACEPARENT, TRACESTATE, context_of
+from .addresses import address_of, encode_address, encode_header_value
+from .mime import MAX_MESSAGE_BYTES, build_mime, field_errors, size_field
+from .payload import MAX_CUSTOM_HEADERS, OUTBOX_TAG, EmailPayload, load_payload
 
 #: Longest SES error text kept (after redaction), characters.
 MAX_ERROR_TEXT = 300

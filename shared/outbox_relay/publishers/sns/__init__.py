@@ -4,37 +4,26 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..aws_message import AWS_OPTIONS, MAX_AWS_MESSAGE_BYTES
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .settings import RELATION_VARIABLES, SnsSettings, check_settings
 
-
-def message_row(**fields: Any) -> dict[str, Any]:
-    """The row `producer.enqueue_sns` writes for these keyword arguments (validated)."""
-    from ...aws_messages import aws_row
-
-    return aws_row(Channel.SNS, fields)
-
-
-def _limits() -> ChannelLimits:
-    from ...aws_messages import MAX_AWS_MESSAGE_BYTES
-
-    # PublishBatch: 10 entries and 256 KiB per call ("Amazon SNS quotas").
-    return ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES)
-
-
 SPEC = ChannelSpec(
-    channel=Channel.SNS,
+    name="sns",
     settings=SnsSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.sns.publisher:build_sns_publisher",
-    validator="outbox_relay.publishers.sns:message_row",
+    messages="outbox_relay.publishers.sns.message",
     producer="enqueue_sns",
     enqueue_command="enqueue-sns",
+    enqueue_help="Enqueue one message for the SNS relay's topic and print its message id.",
+    enqueue_options=(*AWS_OPTIONS,
+        Option("--header", "headers", "A message attribute, name=value (repeatable, at most 7).", "pairs="),
+    ),
     metrics=(),
-    limits=_limits(),
+    # PublishBatch: 10 entries and 256 KiB per call ("Amazon SNS quotas").
+    limits=ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES),
     template_prefix="Sns",
+    messaging_system="aws_sns",
 )

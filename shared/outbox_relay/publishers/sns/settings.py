@@ -8,12 +8,17 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
+from ...urls import EndpointUrl
+
 # A topic name is at most 256 characters, a FIFO topic's ".fifo" included ("CreateTopic", Name).
 _TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:(?:[A-Za-z0-9_-]{1,256}|[A-Za-z0-9_-]{1,251}\.fifo)")
 
 
 class SnsSettings(BaseSettings):
     """Amazon SNS: the one topic this relay publishes to, and how many calls run at once."""
+
+    aws_endpoint_url_sns: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
+    """AWS_ENDPOINT_URL_SNS: the SDK's endpoint for the service (a local one: moto)."""
 
     sns_topic_arn: str | None = None
     """OUTBOX_SNS_TOPIC_ARN: the topic's ARN; a name ending in `.fifo` is a FIFO topic."""

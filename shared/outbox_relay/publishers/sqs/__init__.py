@@ -4,37 +4,26 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...models import Channel
-from ..spec import ChannelLimits, ChannelSpec
+from ..aws_message import AWS_OPTIONS, MAX_AWS_MESSAGE_BYTES
+from ..spec import ChannelLimits, ChannelSpec, Option
 from .settings import RELATION_VARIABLES, SqsSettings, check_settings
 
-
-def message_row(**fields: Any) -> dict[str, Any]:
-    """The row `producer.enqueue_sqs` writes for these keyword arguments (validated)."""
-    from ...aws_messages import aws_row
-
-    return aws_row(Channel.SQS, fields)
-
-
-def _limits() -> ChannelLimits:
-    from ...aws_messages import MAX_AWS_MESSAGE_BYTES
-
-    # SendMessageBatch: 10 entries and 256 KiB per call ("Amazon SQS quotas").
-    return ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES)
-
-
 SPEC = ChannelSpec(
-    channel=Channel.SQS,
+    name="sqs",
     settings=SqsSettings,
     check_settings=check_settings,
     relation_variables=RELATION_VARIABLES,
     builder="outbox_relay.publishers.sqs.publisher:build_sqs_publisher",
-    validator="outbox_relay.publishers.sqs:message_row",
+    messages="outbox_relay.publishers.sqs.message",
     producer="enqueue_sqs",
     enqueue_command="enqueue-sqs",
+    enqueue_help="Enqueue one message for the SQS relay's queue and print its message id.",
+    enqueue_options=(*AWS_OPTIONS,
+        Option("--header", "headers", "A message attribute, name=value (repeatable, at most 7).", "pairs="),
+    ),
     metrics=(),
-    limits=_limits(),
+    # SendMessageBatch: 10 entries and 256 KiB per call ("Amazon SQS quotas").
+    limits=ChannelLimits(entries_per_call=10, bytes_per_call=MAX_AWS_MESSAGE_BYTES, payload_bytes=MAX_AWS_MESSAGE_BYTES),
     template_prefix="Sqs",
+    messaging_system="aws_sqs",
 )

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ...models import Channel, ClaimedMessage, DeliveryResult
+from ...models import ClaimedMessage, DeliveryResult
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import client_for
 from ..aws_entries import Entry, attributed_entry, batch_answers
 from ..aws_errors import ErrorCodes
+from ..registry import Channel
 
 CODES = ErrorCodes(
     throttled=frozenset({"RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled",

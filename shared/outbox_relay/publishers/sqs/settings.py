@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
+from ...urls import EndpointUrl
+
 # https://sqs.<region>.amazonaws.com/<account>/<name>, or a local endpoint's URL in the same shape.
 # A queue name is at most 80 characters, a FIFO queue's ".fifo" included ("CreateQueue", QueueName).
 _NAME = r"(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)"
@@ -16,6 +18,9 @@ _QUEUE_URL = re.compile(rf"https?://[^/\s]+/[^/\s]+/{_NAME}")
 
 class SqsSettings(BaseSettings):
     """Amazon SQS: the one queue this relay sends to, and how many calls run at once."""
+
+    aws_endpoint_url_sqs: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
+    """AWS_ENDPOINT_URL_SQS: the SDK's endpoint for the service (a local one: moto)."""
 
     sqs_queue_url: str | None = None
     """OUTBOX_SQS_QUEUE_URL: the queue's URL; a name ending in `.fifo` is a FIFO queue."""

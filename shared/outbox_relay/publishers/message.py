@@ -1,5 +1,8 @@
-"""Domain events for the Redis channel: the message as validated at enqueue,
-and the JSON text of payloads and headers exactly as they will reach the stream."""
+"""What every channel's message shares, as the producer API validates it: a type, a
+JSON payload, an optional ordering key and string headers, the message id, a
+`deliver_at` and a retry budget (`Message`), and the JSON text of payloads and
+headers exactly as they will be sent. A channel's own message (`<channel>/message.py`)
+builds on it."""
 
 from __future__ import annotations
 
@@ -9,18 +12,14 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Mapping
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import InvalidMessageError
-from .ids import uuid7
-from .models import Channel
+from ..errors import InvalidMessageError
+from ..ids import uuid7
 
-#: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
-#: size limit of Amazon SQS, SNS and EventBridge. Redis accepts far more, but a
-#: relay batch holds every payload in memory; put big documents elsewhere
-#: (S3) and send a reference.
-MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 MAX_NAME_CHARS = 512
+#: Largest headers of a message, bytes of JSON.
+MAX_HEADERS_BYTES = 64 * 1024
 #: A `deliver_at` is accepted within this much of the producer's clock, either way
 #: (docs/decisions/0013-deliver-at-within-a-year.md): further ahead the outbox
 #: would be a long-term scheduler; further behind it is a mistake (datetime.min,
@@ -118,99 +117,88 @@ def check_deliver_at(value: datetime, now: datetime | None = None) -> datetime:
     return value
 
 
-def check_stream_name(stream: str) -> str:
-    """Validate a Redis stream name. Braces are allowed only as a Redis Cluster
-    hash tag (`{tag}`, "Redis cluster specification", key distribution model),
-    so the dedupe key can be placed in the stream's hash slot."""
-    open_ = stream.find("{")
-    if open_ == -1:
-        if "}" in stream:
-            raise ValueError("'}' is allowed only to close a Redis Cluster hash tag {…}")
-        return stream
-    close = stream.find("}", open_ + 1)
-    if close == -1 or close == open_ + 1:
-        raise ValueError("'{' must open a non-empty Redis Cluster hash tag {…}")
-    if "}" in stream[:open_]:
-        raise ValueError("'}' is allowed only to close a Redis Cluster hash tag {…}")
-    if "{" in stream[close + 1:] or "}" in stream[close + 1:]:
-        raise ValueError("braces are allowed only as one Redis Cluster hash tag {…}")
-    return stream
-
-
 def _not_blank(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be blank")
     return check_text(v)
 
 
-def _aware(v: datetime | None) -> datetime | None:
-    if v is not None and (v.tzinfo is None or v.utcoffset() is None):
-        raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
-    return v
-
-
-# The fields every channel's message shares, as the producer API validates them.
-MessageType = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_not_blank)]
 OrderingKey = Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)]
 # Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
 # "3"), epoch seconds, floats and booleans are refused rather than converted.
-DeliverAt = Annotated[datetime | None, Field(strict=True), AfterValidator(_aware)]
+DeliverAt = Annotated[datetime | None, Field(strict=True)]
 MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
 
 
-class EventMessage(BaseModel):
-    """A domain event for a Redis Stream, as validated at enqueue."""
+class Envelope(BaseModel):
+    """What every channel's message carries beside its content: the ordering key, the
+    message id, `deliver_at` and the retry budget."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stream: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    type: MessageType
-    payload: Any
     key: OrderingKey = None
-    headers: dict[str, str] | None = None
     message_id: uuid.UUID | None = None
     deliver_at: DeliverAt = None
     max_attempts: MaxAttempts = None
 
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, v: str) -> str:
-        if v.strip() != v or not v:
-            raise ValueError("must not be blank or have leading/trailing spaces")
-        return check_stream_name(check_text(v))
+
+class Message(Envelope):
+    """A message of a type, a JSON payload and string headers, as the producer API
+    validates it (a channel's own message adds its fields)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    type: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_not_blank)]
+    payload: Any
+    headers: dict[str, str] | None = None
 
 
-def validated(model: type[BaseModel], data: Mapping[str, Any]) -> Any:
+def refused(exc: ValidationError) -> InvalidMessageError:
+    """The first error pydantic found, naming its field as the producer wrote it
+    (``headers.x``, ``to[1]``)."""
+    err = exc.errors()[0]
+    field = ""
+    for part in err.get("loc", ()):
+        if isinstance(part, int):
+            field += f"[{part}]"
+        elif part not in ("function-after", "function-before"):
+            field += ("." if field else "") + str(part)
+    return InvalidMessageError(field or "message", str(err.get("msg", "invalid")).removeprefix("Value error, "))
+
+
+def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | None = None) -> Any:
+    """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against
+    `now` (default: the current time; a bulk call passes one time to every message): aware,
+    within `DELIVER_AT_WINDOW`. Raises `InvalidMessageError` naming the field."""
     try:
-        return model(**data)
+        m = model(**data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "message"
-        raise InvalidMessageError(field, str(err.get("msg", "invalid")).removeprefix("Value error, ")) from None
+        raise refused(exc) from None
     except TypeError as exc:
         raise InvalidMessageError("message", str(exc)) from None
-
-
-def event_row(data: Mapping[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """Validate one event and return the parameters of `sql.producer.insert_message`.
-    `now` is the time `deliver_at` is checked against (default: the current time;
-    a bulk call passes one time to every message). Raises `InvalidMessageError`."""
-    m: EventMessage = validated(EventMessage, data)
     if m.deliver_at is not None:
         try:
             check_deliver_at(m.deliver_at, now)
         except ValueError as exc:
             raise InvalidMessageError("deliver_at", str(exc)) from None
-    text = payload_text(m.payload, MAX_EVENT_PAYLOAD_BYTES)
-    headers_text = json_text(m.headers, "headers", 64 * 1024) if m.headers else None
+    return m
+
+
+def message_row(m: Message | Envelope, channel: str, destination: str, payload: str, type_: str | None = None,
+                headers: str | None = None) -> dict[str, Any]:
+    """The parameters of `sql.producer.insert_message` for a validated message (a
+    `Message`'s type and headers, unless given)."""
+    if isinstance(m, Message):
+        type_ = m.type
+        headers = json_text(m.headers, "headers", MAX_HEADERS_BYTES) if m.headers else None
     return {
         "message_id": m.message_id or uuid7(),
-        "channel": Channel.REDIS.value,
-        "destination": m.stream,
-        "type": m.type,
+        "channel": channel,
+        "destination": destination,
+        "type": type_,
         "key": m.key,
-        "payload": text,
-        "headers": headers_text,
+        "payload": payload,
+        "headers": headers,
         "max_attempts": m.max_attempts,
         "deliver_at": m.deliver_at,
     }

@@ -9,12 +9,11 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Iterator
 
-from ..errors import InvalidMessageError
+from ...errors import InvalidMessageError
+from . import MAX_MESSAGE_BYTES
 from .headers import MIME_POLICY
 from .payload import EmailPayload
 
-#: SES v2 maximum message size, bytes, after base64 encoding ("Service quotas in Amazon SES").
-MAX_MESSAGE_BYTES = 40_000_000
 _PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"
 
 

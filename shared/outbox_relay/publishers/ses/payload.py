@@ -48,7 +48,8 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InvalidMessageError
+from ...errors import InvalidMessageError
+from ..message import refused
 from .addresses import CONTROL_RE, encode_header_value, parse_address
 from .attachment import Attachment, as_attachment
 from .headers import header_problem
@@ -236,31 +237,13 @@ def check_message(m: EmailPayload) -> None:
         raise InvalidMessageError("html/text", "an html or a text body is required")
 
 
-def _field_of(err: Mapping[str, Any]) -> str:
-    loc = [p for p in err.get("loc", ()) if p not in ("function-after", "function-before")]
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "message"
-
-
-def _problem_of(err: Mapping[str, Any]) -> str:
-    msg = str(err.get("msg", "invalid"))
-    return msg.removeprefix("Value error, ")
-
-
 def validate_payload(data: Mapping[str, Any]) -> EmailPayload:
     """Validate an email given as Python values (field names or aliases).
     Raises `InvalidMessageError` naming the field, e.g. ``to[1]`` or ``headers``."""
     try:
         m = EmailPayload.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field, problem = _split_index(_field_of(err), _problem_of(err))
-        raise InvalidMessageError(field, problem) from None
+        raise InvalidMessageError(*_split_index(refused(exc))) from None
     except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
         raise InvalidMessageError("message", f"cannot be parsed ({type(exc).__name__})") from None
     check_message(m)
@@ -275,17 +258,18 @@ def load_payload(payload_json: str) -> EmailPayload:
     try:
         m = EmailPayload.model_validate_json(payload_json)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field, _ = _split_index(_field_of(err), _problem_of(err))
-        raise InvalidMessageError(field, f"invalid stored email payload ({err.get('type', 'invalid')})") from None
+        field, _ = _split_index(refused(exc))
+        kind = exc.errors()[0].get("type", "invalid")
+        raise InvalidMessageError(field, f"invalid stored email payload ({kind})") from None
     except Exception as exc:  # a parser deep inside gave up (IndexError & co): never let it out
         raise InvalidMessageError("message", f"invalid stored email payload ({type(exc).__name__})") from None
     check_message(m)
     return m
 
 
-def _split_index(field: str, problem: str) -> tuple[str, str]:
+def _split_index(error: InvalidMessageError) -> tuple[str, str]:
     # Address list validators prefix the problem with "[i] ": move the index into the field.
+    field, problem = error.field, error.problem
     m = re.match(r"\[(\d+)\] (.*)", problem, re.S)
     if m and field in ("to", "cc", "bcc", "reply_to"):
         return f"{field}[{m.group(1)}]", m.group(2)

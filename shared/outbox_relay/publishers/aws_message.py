@@ -1,0 +1,135 @@
+"""What the messages of the AWS messaging channels (SQS, SNS, EventBridge) share, as
+validated at enqueue: a `Message` (`publishers.message`) of at most 256 KiB as the
+service counts it. SQS and SNS carry the payload as the message body and the rest as
+message attributes (`attributed_row`); EventBridge carries the payload object as the
+event's detail (`eventbridge/message.py`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from ..errors import InvalidMessageError
+from ..tracing import TRACEPARENT, with_context
+from .message import Message, message_row, payload_text, validated
+from .spec import Option
+
+#: The size limit of one SQS or SNS message and one EventBridge entry, bytes (256 KiB).
+MAX_AWS_MESSAGE_BYTES = 256 * 1024
+#: Message attributes SQS and SNS carry at most ("Amazon SQS message attributes").
+MAX_ATTRIBUTES = 10
+#: The attributes the relay adds: the message id, the type and the ordering key.
+ID_ATTRIBUTE = "outbox-message-id"
+TYPE_ATTRIBUTE = "outbox-type"
+KEY_ATTRIBUTE = "outbox-key"
+RESERVED_ATTRIBUTES = (ID_ATTRIBUTE, TYPE_ATTRIBUTE, KEY_ATTRIBUTE)
+#: Headers a producer may give: what is left of the ten attributes after the relay's three.
+MAX_HEADERS = MAX_ATTRIBUTES - len(RESERVED_ATTRIBUTES)
+#: The destination of a message that names none: the relay's own (OUTBOX_SQS_QUEUE_URL,
+#: OUTBOX_SNS_TOPIC_ARN, OUTBOX_EVENTBRIDGE_BUS). Not a bus name, so never taken for one
+#: (EventBridge's own bus is called "default").
+DEFAULT_DESTINATION = "(relay)"
+#: The data type SQS and SNS record for a string attribute; counted in its size.
+STRING = "String"
+
+#: The options every AWS channel's enqueue command starts with.
+AWS_OPTIONS = (
+    Option("--type", "type", "Message type, e.g. order.placed.", required=True),
+    Option("--payload", "payload", "JSON text, or @file.json to read a file.", "json", required=True),
+    Option("--key", "key", "Ordering key: its messages are sent in enqueue order (the MessageGroupId on a FIFO "
+                           "queue or topic)."),
+)
+
+# SQS and SNS attribute names: letters, digits, '_', '-', '.'; not starting with
+# AWS. or Amazon., no leading, trailing or doubled '.' ("SendMessage", MessageAttribute).
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
+
+
+def attribute_bytes(name: str, value: str) -> int:
+    """The bytes one string attribute counts towards the message size (name, data type, value)."""
+    return len(name.encode("utf-8")) + len(STRING) + len(value.encode("utf-8"))
+
+
+def headers_of(row: Mapping[str, Any]) -> dict[str, str] | None:
+    text = row.get("headers")
+    return json.loads(text) if text else None
+
+
+def checked_size(channel: str, row: Mapping[str, Any], size: int) -> Mapping[str, Any]:
+    if size > MAX_AWS_MESSAGE_BYTES:
+        raise InvalidMessageError("payload", f"makes the {channel} message {size} bytes with its "
+                                             f"attributes; the limit is {MAX_AWS_MESSAGE_BYTES} bytes")
+    return row
+
+
+def _check_attributes(headers: Mapping[str, str] | None, channel: str,
+                      check_text: Callable[[str, str], None] | None) -> None:
+    if not headers:
+        return
+    if len(headers) > MAX_HEADERS:
+        raise InvalidMessageError("headers", f"has {len(headers)} entries; {channel} carries at most "
+                                             f"{MAX_ATTRIBUTES} message attributes, {len(RESERVED_ATTRIBUTES)} "
+                                             f"of them the relay's, so at most {MAX_HEADERS}")
+    for name, value in headers.items():
+        if name in RESERVED_ATTRIBUTES:
+            raise InvalidMessageError(f"headers.{name}", "is the relay's own attribute")
+        if len(name) > 256 or not _ATTRIBUTE_NAME.fullmatch(name) or name.lower().startswith(("aws.", "amazon.")):
+            raise InvalidMessageError(f"headers.{name}", "must be 1-256 letters, digits, '_', '-' or '.' (not "
+                                                         "leading, trailing or doubled), not starting with "
+                                                         "'AWS.' or 'Amazon.'")
+        if value == "":
+            raise InvalidMessageError(f"headers.{name}", "must not be empty (SQS and SNS refuse empty attributes)")
+        if check_text:
+            check_text(value, f"headers.{name}")
+
+
+def attributed_size(row: Mapping[str, Any]) -> int:
+    """The bytes an SQS or SNS message counts towards the 256 KiB limit: the body and
+    every attribute (name, data type, value)."""
+    size = len(row["payload"].encode("utf-8")) + attribute_bytes(ID_ATTRIBUTE, str(row["message_id"]))
+    size += attribute_bytes(TYPE_ATTRIBUTE, row["type"])
+    if row.get("key"):
+        size += attribute_bytes(KEY_ATTRIBUTE, row["key"])
+    for name, value in (headers_of(row) or {}).items():
+        size += attribute_bytes(name, value)
+    return size
+
+
+def _attributed(channel: str, data: Mapping[str, Any], now: datetime | None,
+                check_text: Callable[[str, str], None] | None) -> dict[str, Any]:
+    m = validated(Message, data, now)
+    _check_attributes(m.headers, channel, check_text)
+    text = payload_text(m.payload, MAX_AWS_MESSAGE_BYTES)
+    if check_text:
+        check_text(text, "payload")
+        check_text(m.type, "type")
+        if m.key is not None:
+            check_text(m.key, "key")
+    row = message_row(m, channel, DEFAULT_DESTINATION, text)
+    checked_size(channel, row, attributed_size(row))
+    return row
+
+
+def attributed_row(channel: str, fields: Mapping[str, Any], now: datetime | None,
+                   context: Mapping[str, str] | None,
+                   check_text: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    """Validate one SQS or SNS message (`check_text` refuses what the service's text
+    refuses) and return the row to write. The trace `context` becomes attributes only
+    where they fit: within ten attributes and 256 KiB (a context never makes a valid
+    message invalid). Raises `InvalidMessageError` naming the field."""
+    row = _attributed(channel, fields, now, check_text)
+    headers = fields.get("headers")
+    if not context or (isinstance(headers, Mapping) and TRACEPARENT in headers):
+        return row
+    context = dict(context)
+    if len(headers or {}) + len(context) > MAX_HEADERS:
+        context.pop("tracestate", None)
+    if len(headers or {}) + len(context) > MAX_HEADERS:
+        return row
+    try:
+        return _attributed(channel, {**fields, "message_id": row["message_id"],
+                                     "headers": with_context(headers, context)}, now, check_text)
+    except InvalidMessageError:
+        return row

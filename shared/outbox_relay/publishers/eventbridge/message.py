@@ -1,0 +1,101 @@
+"""The EventBridge channel's message: the payload object is the event's detail, with
+the message id added to it, and the type its detail-type (`publishers.aws_message`);
+and its producer API function `enqueue_eventbridge`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any, Mapping
+
+from ...errors import InvalidMessageError
+from ...write import enqueue
+from ..aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES, checked_size
+from ..message import Message, json_text, payload_text, validated
+from ..message import message_row as row_of
+from .settings import Bus, Source
+
+#: The detail field that carries the message id (EventBridge does not deduplicate).
+DETAIL_ID_FIELD = "outbox-message-id"
+
+
+
+class EventBridgeMessage(Message):
+    """An EventBridge event: the payload is its detail (a JSON object), `type` its detail-type."""
+
+    source: Source = None
+    bus: Bus = None
+
+
+def detail_text(payload_json: str, message_id: str) -> str:
+    """The event's detail: the payload object with the message id added as its first
+    field (text, so the payload's own bytes go unchanged)."""
+    inner = payload_json.strip()[1:-1].strip()
+    sep = "," if inner else ""
+    return f'{{"{DETAIL_ID_FIELD}":"{message_id}"{sep}{inner}}}'
+
+
+def entry_size(detail: str, type_: str, source: str | None) -> int:
+    """The bytes an entry counts towards the 256 KiB limit: detail, detail-type, source
+    and the Time field ("Calculating Amazon EventBridge PutEvents event entry size")."""
+    return len(detail.encode("utf-8")) + len(type_.encode("utf-8")) + 14 + len((source or "").encode("utf-8"))
+
+
+def message_row(fields: Mapping[str, Any], now: datetime | None = None,
+                context: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Validate one event and return the row to write: the source the producer chose and
+    the trace context ride in the headers column (read by the publisher; the context is
+    sent as the entry's TraceHeader). Raises `InvalidMessageError` naming the field."""
+    m: EventBridgeMessage = validated(EventBridgeMessage, fields, now)
+    text = payload_text(m.payload, MAX_AWS_MESSAGE_BYTES)
+    if not isinstance(m.payload, dict):
+        raise InvalidMessageError("payload", "must be a JSON object (it is the event's detail)")
+    if DETAIL_ID_FIELD in m.payload:
+        raise InvalidMessageError(f"payload.{DETAIL_ID_FIELD}", "is the relay's own detail field")
+    if m.headers:
+        raise InvalidMessageError("headers", "EventBridge events have no attributes; put them in the payload")
+    row = row_of(m, "eventbridge", m.bus or DEFAULT_DESTINATION, text)
+    checked_size("eventbridge", row, entry_size(detail_text(text, str(row["message_id"])), m.type, m.source))
+    if m.source is not None:
+        row["headers"] = json_text({"source": m.source}, "source", 1024)
+    if context:
+        stored = json.loads(row["headers"]) if row["headers"] else {}
+        row["headers"] = json.dumps({**stored, **context}, separators=(",", ":"))
+    return row
+
+
+def enqueue_eventbridge(
+    conn: Any,
+    *,
+    type: str,
+    payload: Mapping[str, Any],
+    source: str | None = None,
+    bus: str | None = None,
+    key: str | None = None,
+    message_id: uuid.UUID | str | None = None,
+    deliver_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> uuid.UUID:
+    """Write an event for Amazon EventBridge, in the caller's transaction.
+
+    Args:
+        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
+        type: the event's detail-type (non-empty).
+        payload: a JSON object: the event's detail. The relay adds the message id to it
+            as `outbox-message-id` (a name the payload must not use). Detail, detail-type,
+            source and time together are at most 256 KiB.
+        source: the event's source (not starting with ``aws.``); else OUTBOX_EVENTBRIDGE_SOURCE.
+        bus: the event bus, a name or an ARN; else OUTBOX_EVENTBRIDGE_BUS. The relay's
+            IAM policy must allow it (the template allows the relay's own bus only).
+        key: optional ordering key: events of one key are put in order.
+        message_id, deliver_at, max_attempts: as for `enqueue_event`.
+
+    Returns:
+        The message id.
+
+    Raises:
+        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
+    """
+    return enqueue(conn, channel="eventbridge", type=type, payload=payload, source=source, bus=bus, key=key,
+                   message_id=message_id, deliver_at=deliver_at, max_attempts=max_attempts)
