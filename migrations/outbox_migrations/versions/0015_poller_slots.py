@@ -12,13 +12,13 @@ takes its slot (docs/design.md, "The poller handover"; decision 0063).
 
 Adding a column with a constant default rewrites nothing: no lock held long.
 
-Revision ID: 0020
+Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-06
 """
 from alembic import op
 
-revision = "0020"
+revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
