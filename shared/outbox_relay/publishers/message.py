@@ -153,10 +153,19 @@ class Message(Envelope):
     headers: dict[str, str] | None = None
 
 
-def refused(exc: ValidationError) -> InvalidMessageError:
-    """The first error pydantic found, naming its field as the producer wrote it
-    (``headers.x``, ``to[1]``)."""
-    err = exc.errors()[0]
+#: The order the SQL enqueue functions check a message's fields in; the producer API
+#: names the same field first (a channel's own fields, but a stream, come after).
+CHECK_ORDER = {name: i for i, name in enumerate(
+    ("stream", "type", "payload", "key", "headers", "message_id", "deliver_at", "max_attempts"))}
+
+
+def refused(exc: ValidationError, order: Mapping[str, int] | None = None) -> InvalidMessageError:
+    """The first error pydantic found (first in `order`, by top-level field), naming its
+    field as the producer wrote it (``headers.x``, ``to[1]``)."""
+    errors = exc.errors()
+    if order:
+        errors = sorted(errors, key=lambda e: order.get(str(e["loc"][0]) if e.get("loc") else "", len(order)))
+    err = errors[0]
     field = ""
     for part in err.get("loc", ()):
         if isinstance(part, int):
@@ -173,7 +182,7 @@ def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | N
     try:
         m = model(**data)
     except ValidationError as exc:
-        raise refused(exc) from None
+        raise refused(exc, CHECK_ORDER if issubclass(model, Message) else None) from None
     except TypeError as exc:
         raise InvalidMessageError("message", str(exc)) from None
     if m.deliver_at is not None:
