@@ -304,4 +304,5 @@ def test_a_latency_poller_rides_through_postgresql_stopped_for_1_10_and_40_secon
     assert not poller.is_alive() and out, "the poller did not return"
     assert all(r <= 1.0 for r in resumed), resumed
     assert out["handover"]["left_for_newer"] and out["delivered"] == 15
-    assert 50 <= out["database_unreachable_seconds"] <= 60, json.dumps(out)
+    # 51 s of outages, plus each restart's time, which a loaded machine stretches
+    assert 50 <= out["database_unreachable_seconds"] <= 80, json.dumps(out)
