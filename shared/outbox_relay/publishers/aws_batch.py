@@ -1,6 +1,5 @@
-"""What the AWS batch channels share (docs/channels.md, "SQS, SNS and EventBridge"): a
-cheap gate, batch calls run a few at a time, each entry classified by its error code.
-A round carries one message per key; the next goes once it was delivered."""
+"""What the AWS batch channels share (docs/channels.md, "SQS, SNS and EventBridge"). A round
+carries one message per key; the next goes once it was delivered."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from ..errors import DownstreamUnavailable, StopBatch
 from ..models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..observability import logger as log
 from .aws_client import GATE_INTERVAL_SECONDS
-from .aws_entries import Entry
+from .aws_entries import Answers, Entry
 from .aws_errors import ErrorCodes, Verdict, classify_code
 from .base import Deadline, Publisher, RecordResults
 
@@ -50,8 +49,7 @@ class AwsBatchPublisher(Publisher):
         """The request entry of `m`, or the (permanent) result of a message that cannot be sent."""
         raise NotImplementedError
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
-        """One batch call; per entry id: (delivery ref, error code, sender fault)."""
+    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
         raise NotImplementedError
 
     def probe(self) -> None:
@@ -82,8 +80,6 @@ class AwsBatchPublisher(Publisher):
         return batch_size if seconds_available > 0 else 0
 
     def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Deliver in rounds of batch calls; raises `StopBatch` or `DownstreamUnavailable`
-        after recording what completed (base.py's contract)."""
         if not messages:
             return
         pending: list[Entry] = []
@@ -91,9 +87,9 @@ class AwsBatchPublisher(Publisher):
         # A message refused before sending holds back only what follows it in its key.
         behind_refused: set[tuple[str, str]] = set()
         for m in messages:
-            k = None if m.key is None else (m.destination, m.key)
-            if k is not None and k in behind_refused:
-                refused.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=self.key_stopped()))
+            k = _key(m)
+            if k in behind_refused:
+                refused.append(self._not_attempted(m))
                 continue
             e = self.entry(m, str(m.seq))
             if isinstance(e, DeliveryResult):
@@ -129,11 +125,10 @@ class AwsBatchPublisher(Publisher):
         now, later, skipped = [], [], []
         seen: set[tuple[str, str]] = set()
         for e in pending:
-            m = e.message
-            k = None if m.key is None else (m.destination, m.key)
-            if k is not None and k in stopped:
-                skipped.append(DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED, error=self.key_stopped()))
-            elif k is not None and k in seen:
+            k = _key(e.message)
+            if k in stopped:
+                skipped.append(self._not_attempted(e.message))
+            elif k in seen:
                 later.append(e)
             else:
                 if k is not None:
@@ -141,11 +136,13 @@ class AwsBatchPublisher(Publisher):
                 now.append(e)
         return now, later, skipped
 
-    def key_stopped(self) -> str:
-        return f"{self.service}: not sent: an earlier message of its key was not delivered in this batch"
+    def _not_attempted(self, m: ClaimedMessage) -> DeliveryResult:
+        return DeliveryResult(m.seq, error_class=ErrorClass.NOT_ATTEMPTED,
+                              error=f"{self.service}: not sent: an earlier message of its key was not delivered "
+                                    "in this batch")
 
     def _calls(self, entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
-        """The round's entries as calls per destination, within the per-call limits, in seq order."""
+        """The round's entries as calls per destination within the per-call limits, in seq order."""
         calls: list[tuple[str, list[Entry]]] = []
         open_: dict[str, tuple[list[Entry], list[int]]] = {}
         for e in entries:
@@ -166,9 +163,8 @@ class AwsBatchPublisher(Publisher):
 
     def _run_round(self, entries: list[Entry], deadline: Deadline, record: RecordResults,
                    stopped: set[tuple[str, str]]) -> tuple[str | None, str | None] | None:
-        """Run a round's calls, `max_concurrency` at once, recording completed ones together
-        (round trips stay constant; a crash resends at most one `RECORD_INTERVAL_SECONDS`).
-        Returns (stop reason, unavailable reason), or None when the deadline stopped calls."""
+        """Run a round's calls, recording completed ones together (a crash resends at most one
+        `RECORD_INTERVAL_SECONDS`): (stop reason, unavailable reason), None when the deadline came."""
         calls = self._calls(entries)
         by_seq = {e.message.seq: e.message for e in entries}
         pool = self._executor()
@@ -300,3 +296,7 @@ class AwsBatchPublisher(Publisher):
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+def _key(m: ClaimedMessage) -> tuple[str, str] | None:
+    return None if m.key is None else (m.destination, m.key)

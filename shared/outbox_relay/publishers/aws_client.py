@@ -1,6 +1,5 @@
-"""boto3 clients for the AWS channels: one per container, shared by the sending
-threads, timeouts inside the deadline margin, and the SDK's retries off (a retried
-call could arrive twice; a retried throttle hides the signal the backoff needs)."""
+"""boto3 clients for the AWS channels, one per container; SDK retries off: a retried call
+could arrive twice, and a retried throttle hides the signal the backoff needs."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ MAX_READ_TIMEOUT_SECONDS = 15.0
 MIN_DEADLINE_MARGIN_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_TIMEOUT_SECONDS + RECORD_RESERVE_SECONDS
 #: Within one invocation a gate asks the service again after this long, not before every claim.
 GATE_INTERVAL_SECONDS = 10.0
-
 #: Error codes that refuse our credentials or permissions, whatever the service.
 CREDENTIAL_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnrecognizedClientException",
                               "InvalidClientTokenId", "SignatureDoesNotMatch", "InvalidSignatureException",
@@ -26,10 +24,7 @@ CREDENTIAL_CODES = frozenset({"AccessDeniedException", "AccessDenied", "Unrecogn
 
 
 def call_timeouts(deadline_margin_seconds: float, relay: str) -> tuple[float, float]:
-    """(connect, read) timeouts for a deadline margin: read is margin − connect − the
-    record reserve, within [1, 15] s, so one unretried attempt ends before the deadline
-    with time left to record it. Raises `ConfigurationError` naming
-    OUTBOX_DEADLINE_MARGIN_SECONDS when the margin is too small; `relay` names the relay."""
+    """(connect, read) timeouts: one unretried attempt ends before the deadline with time left to record it."""
     if deadline_margin_seconds < MIN_DEADLINE_MARGIN_SECONDS:
         raise ConfigurationError(
             "OUTBOX_DEADLINE_MARGIN_SECONDS",
@@ -43,9 +38,7 @@ def call_timeouts(deadline_margin_seconds: float, relay: str) -> tuple[float, fl
 def create_client(service: str, relay: str, *, max_concurrency: int = 8, deadline_margin_seconds: float = 5.0,
                   connect_timeout_seconds: float | None = None, read_timeout_seconds: float | None = None,
                   region_name: str | None = None) -> Any:
-    """A boto3 client of `service` for the container: a pool as large as the concurrency,
-    SDK retries off, `call_timeouts` unless given. ``AWS_ENDPOINT_URL_<SERVICE>`` points
-    it at moto. Raises `ConfigurationError` when no region is configured."""
+    """A client of `service` with a pool as large as the concurrency (``AWS_ENDPOINT_URL_<SERVICE>``: moto)."""
     import boto3
     from botocore.config import Config
 

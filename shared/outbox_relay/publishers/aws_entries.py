@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..models import ClaimedMessage, DeliveryResult, ErrorClass
+from .aws_message import MAX_AWS_MESSAGE_BYTES, attribute_values, body_size
 
 _GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
+#: Per entry id: (delivery ref, error code, sender fault).
+Answers = dict[str, tuple[str | None, str | None, bool | None]]
 
 
 @dataclass(slots=True)
@@ -27,23 +30,10 @@ class Entry:
 
 def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field: str,
                      fifo: bool) -> Entry | DeliveryResult:
-    """The SQS or SNS entry of `m`: the payload as `body_field`, id, type, key and headers as
-    attributes; on FIFO the key (or the id) as group and the id as deduplication id.
-    Over 256 KiB with its attributes: a permanent failure."""
-    from .aws_message import (
-        ID_ATTRIBUTE,
-        KEY_ATTRIBUTE,
-        MAX_AWS_MESSAGE_BYTES,
-        TYPE_ATTRIBUTE,
-        attribute_bytes,
-        headers_of,
-    )
-
-    values = {ID_ATTRIBUTE: m.message_id, TYPE_ATTRIBUTE: m.type}
-    if m.key is not None:
-        values[KEY_ATTRIBUTE] = m.key
-    values.update(headers_of({"headers": m.headers_json}) or {})
-    size = len(m.payload_json.encode("utf-8")) + sum(attribute_bytes(k, v) for k, v in values.items())
+    """The SQS or SNS entry of `m`: the payload as `body_field`, the rest attributes; on FIFO the
+    key (or the id) as group and the id as deduplication id."""
+    values = attribute_values(m.message_id, m.type, m.key, m.headers_json)
+    size = body_size(m.payload_json, values)
     if size > MAX_AWS_MESSAGE_BYTES:
         return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
                               error=f"{service}: message is {size} bytes with its attributes; the limit is "
@@ -64,9 +54,9 @@ def group_id(key: str) -> str:
     return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def batch_answers(reply: Mapping[str, Any], service: str) -> dict[str, tuple[str | None, str | None, bool | None]]:
-    """Per entry id: (ref, error code, sender fault); the ref is the message id (and FIFO sequence number)."""
-    out: dict[str, tuple[str | None, str | None, bool | None]] = {}
+def batch_answers(reply: Mapping[str, Any], service: str) -> Answers:
+    """SQS's and SNS's reply; the ref is the message id (and FIFO sequence number)."""
+    out: Answers = {}
     for ok in reply.get("Successful") or ():
         ref = f"{service}:{ok['MessageId']}"
         if ok.get("SequenceNumber"):
@@ -74,4 +64,15 @@ def batch_answers(reply: Mapping[str, Any], service: str) -> dict[str, tuple[str
         out[ok["Id"]] = (ref, None, None)
     for bad in reply.get("Failed") or ():
         out[bad["Id"]] = (None, bad.get("Code") or "Unknown", bool(bad.get("SenderFault")))
+    return out
+
+
+def positional_answers(entries: Sequence[Entry], answers: Sequence[Mapping[str, Any]],
+                       ref: Callable[[Mapping[str, Any]], str | None]) -> Answers:
+    """A reply whose answers are in the request's order ("PutEvents", "PutRecords")."""
+    out: Answers = {}
+    for e, answer in zip(entries, answers):
+        delivered = None if answer.get("ErrorCode") else ref(answer)
+        out[str(e.message.seq)] = (delivered, None, None) if delivered else \
+            (None, answer.get("ErrorCode") or "Unknown", None)
     return out

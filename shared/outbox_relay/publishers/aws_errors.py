@@ -39,8 +39,8 @@ class Classification:
 
 def classify_code(codes: ErrorCodes, code: str, sender_fault: bool | None, *, own_destination: bool = True,
                   status: int | None = None) -> Classification:
-    """Classify an entry's or a call's error code. A refusal of our destination stops the
-    batch (every message would fail alike), but is permanent for one the message chose."""
+    """A refusal of our destination stops the batch (every message would fail alike); of one the
+    message chose, it is permanent."""
     if code in codes.throttled:
         return Classification(ErrorClass.THROTTLED)
     if code in codes.configuration or code in CREDENTIAL_CODES:

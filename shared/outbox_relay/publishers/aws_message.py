@@ -1,8 +1,5 @@
-"""What the messages of the AWS messaging channels (SQS, SNS, EventBridge) share, as
-validated at enqueue: a `Message` (`publishers.message`) of at most 256 KiB as the
-service counts it. SQS and SNS carry the payload as the message body and the rest as
-message attributes (`attributed_row`); EventBridge carries the payload object as the
-event's detail (`eventbridge/message.py`)."""
+"""What the SQS, SNS and EventBridge messages share at enqueue: at most 256 KiB as the service
+counts it; SQS and SNS carry the payload as the body and the rest as attributes."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from ..errors import InvalidMessageError
-from ..tracing import TRACEPARENT, with_context
-from .message import Message, message_row, payload_text, validated
+from .message import Message, message_row, payload_text, traced_row, validated
 from .spec import Option
 
 #: The size limit of one SQS or SNS message and one EventBridge entry, bytes (256 KiB).
@@ -27,9 +23,8 @@ KEY_ATTRIBUTE = "outbox-key"
 RESERVED_ATTRIBUTES = (ID_ATTRIBUTE, TYPE_ATTRIBUTE, KEY_ATTRIBUTE)
 #: Headers a producer may give: what is left of the ten attributes after the relay's three.
 MAX_HEADERS = MAX_ATTRIBUTES - len(RESERVED_ATTRIBUTES)
-#: The destination of a message that names none: the relay's own (OUTBOX_SQS_QUEUE_URL,
-#: OUTBOX_SNS_TOPIC_ARN, OUTBOX_EVENTBRIDGE_BUS). Not a bus name, so never taken for one
-#: (EventBridge's own bus is called "default").
+#: The destination of a message that names none: the relay's own. Not a bus name, so never
+#: taken for one (EventBridge's own bus is called "default").
 DEFAULT_DESTINATION = "(relay)"
 #: The data type SQS and SNS record for a string attribute; counted in its size.
 STRING = "String"
@@ -52,9 +47,16 @@ def attribute_bytes(name: str, value: str) -> int:
     return len(name.encode("utf-8")) + len(STRING) + len(value.encode("utf-8"))
 
 
-def headers_of(row: Mapping[str, Any]) -> dict[str, str] | None:
-    text = row.get("headers")
-    return json.loads(text) if text else None
+def attribute_values(message_id: str, type_: str, key: str | None, headers_json: str | None) -> dict[str, str]:
+    values = {ID_ATTRIBUTE: message_id, TYPE_ATTRIBUTE: type_}
+    if key is not None:
+        values[KEY_ATTRIBUTE] = key
+    return {**values, **json.loads(headers_json)} if headers_json else values
+
+
+def body_size(payload_json: str, values: Mapping[str, str]) -> int:
+    """The bytes an SQS or SNS message counts towards 256 KiB: the body and every attribute."""
+    return len(payload_json.encode("utf-8")) + sum(attribute_bytes(k, v) for k, v in values.items())
 
 
 def checked_size(channel: str, row: Mapping[str, Any], size: int) -> Mapping[str, Any]:
@@ -86,15 +88,8 @@ def _check_attributes(headers: Mapping[str, str] | None, channel: str,
 
 
 def attributed_size(row: Mapping[str, Any]) -> int:
-    """The bytes an SQS or SNS message counts towards the 256 KiB limit: the body and
-    every attribute (name, data type, value)."""
-    size = len(row["payload"].encode("utf-8")) + attribute_bytes(ID_ATTRIBUTE, str(row["message_id"]))
-    size += attribute_bytes(TYPE_ATTRIBUTE, row["type"])
-    if row.get("key"):
-        size += attribute_bytes(KEY_ATTRIBUTE, row["key"])
-    for name, value in (headers_of(row) or {}).items():
-        size += attribute_bytes(name, value)
-    return size
+    return body_size(row["payload"], attribute_values(str(row["message_id"]), row["type"], row.get("key"),
+                                                      row.get("headers")))
 
 
 def _attributed(channel: str, data: Mapping[str, Any], now: datetime | None,
@@ -115,21 +110,5 @@ def _attributed(channel: str, data: Mapping[str, Any], now: datetime | None,
 def attributed_row(channel: str, fields: Mapping[str, Any], now: datetime | None,
                    context: Mapping[str, str] | None,
                    check_text: Callable[[str, str], None] | None = None) -> dict[str, Any]:
-    """Validate one SQS or SNS message (`check_text` refuses what the service's text
-    refuses) and return the row to write. The trace `context` becomes attributes only
-    where they fit: within ten attributes and 256 KiB (a context never makes a valid
-    message invalid). Raises `InvalidMessageError` naming the field."""
-    row = _attributed(channel, fields, now, check_text)
-    headers = fields.get("headers")
-    if not context or (isinstance(headers, Mapping) and TRACEPARENT in headers):
-        return row
-    context = dict(context)
-    if len(headers or {}) + len(context) > MAX_HEADERS:
-        context.pop("tracestate", None)
-    if len(headers or {}) + len(context) > MAX_HEADERS:
-        return row
-    try:
-        return _attributed(channel, {**fields, "message_id": row["message_id"],
-                                     "headers": with_context(headers, context)}, now, check_text)
-    except InvalidMessageError:
-        return row
+    """One SQS or SNS message's row; `check_text` refuses what the service's text refuses."""
+    return traced_row(lambda f, n: _attributed(channel, f, n, check_text), fields, now, context, MAX_HEADERS)

@@ -10,12 +10,13 @@ import json
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidMessageError
 from ..ids import uuid7
+from ..tracing import TRACESTATE, with_context
 
 MAX_NAME_CHARS = 512
 #: Largest headers of a message, bytes of JSON.
@@ -211,3 +212,23 @@ def message_row(m: Message | Envelope, channel: str, destination: str, payload: 
         "max_attempts": m.max_attempts,
         "deliver_at": m.deliver_at,
     }
+
+
+def traced_row(build: Callable[[Mapping[str, Any], datetime | None], dict[str, Any]], fields: Mapping[str, Any],
+               now: datetime | None, context: Mapping[str, str] | None,
+               max_headers: int | None = None) -> dict[str, Any]:
+    """`build`'s row with the trace `context` in its headers where it still fits (within
+    `max_headers` and the size limit): a context never makes a valid message invalid."""
+    row = build(fields, now)
+    headers, context = fields.get("headers"), dict(context or {})
+    if max_headers is not None and len(headers or {}) + len(context) > max_headers:
+        context.pop(TRACESTATE, None)
+        if len(headers or {}) + len(context) > max_headers:
+            return row
+    traced = with_context(headers, context)
+    if traced is headers:
+        return row
+    try:
+        return build({**fields, "message_id": row["message_id"], "headers": traced}, now)
+    except InvalidMessageError:
+        return row

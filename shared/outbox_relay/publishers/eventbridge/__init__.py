@@ -1,6 +1,5 @@
 """The Amazon EventBridge channel: settings (`settings`) and the publisher the relay drives
-(`publisher`), on the batch calls the AWS channels share (`publishers.aws_batch`).
-`SPEC` is what the registry lists."""
+(`publisher`) on `aws_batch`; `SPEC` is what the registry lists."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The EventBridge channel's message: the payload object is the event's detail, with
-the message id added to it, and the type its detail-type (`publishers.aws_message`);
-and its producer API function `enqueue_eventbridge`."""
+"""The EventBridge channel's message, an event whose detail is the payload object, and its
+producer API function `enqueue_eventbridge`."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from .settings import Bus, Source
 DETAIL_ID_FIELD = "outbox-message-id"
 
 
-
 class EventBridgeMessage(Message):
     """An EventBridge event: the payload is its detail (a JSON object), `type` its detail-type."""
 
@@ -29,8 +27,7 @@ class EventBridgeMessage(Message):
 
 
 def detail_text(payload_json: str, message_id: str) -> str:
-    """The event's detail: the payload object with the message id added as its first
-    field (text, so the payload's own bytes go unchanged)."""
+    """The payload object with the message id first, as text so the payload's bytes go unchanged."""
     inner = payload_json.strip()[1:-1].strip()
     sep = "," if inner else ""
     return f'{{"{DETAIL_ID_FIELD}":"{message_id}"{sep}{inner}}}'
@@ -44,9 +41,8 @@ def entry_size(detail: str, type_: str, source: str | None) -> int:
 
 def message_row(fields: Mapping[str, Any], now: datetime | None = None,
                 context: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Validate one event and return the row to write: the source the producer chose and
-    the trace context ride in the headers column (read by the publisher; the context is
-    sent as the entry's TraceHeader). Raises `InvalidMessageError` naming the field."""
+    """The row of one event; the source the producer chose and the trace context (sent as the
+    entry's TraceHeader) ride in the headers column."""
     m: EventBridgeMessage = validated(EventBridgeMessage, fields, now)
     text = payload_text(m.payload, MAX_AWS_MESSAGE_BYTES)
     if not isinstance(m.payload, dict):
@@ -77,25 +73,9 @@ def enqueue_eventbridge(
     deliver_at: datetime | None = None,
     max_attempts: int | None = None,
 ) -> uuid.UUID:
-    """Write an event for Amazon EventBridge, in the caller's transaction.
-
-    Args:
-        conn: SQLAlchemy `Connection` or `Session` in the caller's open transaction.
-        type: the event's detail-type (non-empty).
-        payload: a JSON object: the event's detail. The relay adds the message id to it
-            as `outbox-message-id` (a name the payload must not use). Detail, detail-type,
-            source and time together are at most 256 KiB.
-        source: the event's source (not starting with ``aws.``); else OUTBOX_EVENTBRIDGE_SOURCE.
-        bus: the event bus, a name or an ARN; else OUTBOX_EVENTBRIDGE_BUS. The relay's
-            IAM policy must allow it (the template allows the relay's own bus only).
-        key: optional ordering key: events of one key are put in order.
-        message_id, deliver_at, max_attempts: as for `enqueue_event`.
-
-    Returns:
-        The message id.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
+    """Write an event for EventBridge in the caller's transaction; returns its id. `type` is its
+    detail-type, `payload` (an object) its detail, to which the relay adds `outbox-message-id`;
+    at most 256 KiB with the rest. `source` (not ``aws.``) and `bus` (name or ARN, which the
+    relay's IAM policy must allow) default to OUTBOX_EVENTBRIDGE_*. Other fields as for `enqueue_event`."""
     return enqueue(conn, channel="eventbridge", type=type, payload=payload, source=source, bus=bus, key=key,
                    message_id=message_id, deliver_at=deliver_at, max_attempts=max_attempts)

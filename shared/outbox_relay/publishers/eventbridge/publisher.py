@@ -10,14 +10,11 @@ from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ...tracing import TRACEPARENT, traceparent_to_xray
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import client_for
-from ..aws_entries import Entry
+from ..aws_entries import Answers, Entry, positional_answers
 from ..aws_errors import ErrorCodes
 from ..aws_message import DEFAULT_DESTINATION, MAX_AWS_MESSAGE_BYTES
 from ..registry import Channel
-from .message import detail_text
-
-#: The bytes the entry's Time field counts in its size, set or not.
-TIME_BYTES = 14
+from .message import detail_text, entry_size
 
 #: Refusals of an event's source: the relay's fault for its own source, the message's for one it chose.
 CHOSEN_SOURCE_CODES = frozenset({"NotAuthorizedForSourceException"})
@@ -57,7 +54,7 @@ class EventBridgePublisher(AwsBatchPublisher):
         chosen_source = stored.get("source")
         source = chosen_source or self.source
         detail = detail_text(m.payload_json, m.message_id)
-        size = len(detail.encode("utf-8")) + len(m.type.encode("utf-8")) + len(source.encode("utf-8")) + TIME_BYTES
+        size = entry_size(detail, m.type, source)
         if size > MAX_AWS_MESSAGE_BYTES:
             return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT,
                                   error=f"eventbridge: event entry is {size} bytes; the limit is "
@@ -66,27 +63,16 @@ class EventBridgePublisher(AwsBatchPublisher):
         trace_header = traceparent_to_xray(stored.get(TRACEPARENT, ""))
         if trace_header:
             request["TraceHeader"] = trace_header  # EventBridge takes the X-Ray form only
-        e = Entry(m, request, size, destination=bus, own_destination=own,
-                  chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
-        e.request["Id"] = entry_id  # removed before the call: PutEvents entries are matched by position
-        return e
+        return Entry(m, request, size, destination=bus, own_destination=own,
+                     chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
-        ids = [e.request["Id"] for e in entries]
-        reply = self.client.put_events(
-            Entries=[{k: v for k, v in e.request.items() if k != "Id"} for e in entries])
-        out: dict[str, tuple[str | None, str | None, bool | None]] = {}
-        # The reply's entries are in the request's order ("PutEvents", Entries).
-        for entry_id, answer in zip(ids, reply.get("Entries") or ()):
-            if answer.get("EventId") and not answer.get("ErrorCode"):
-                out[entry_id] = (f"eventbridge:{answer['EventId']}", None, None)
-            else:
-                out[entry_id] = (None, answer.get("ErrorCode") or "Unknown", None)
-        return out
+    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+        reply = self.client.put_events(Entries=[e.request for e in entries])
+        return positional_answers(entries, reply.get("Entries") or (),
+                                  lambda a: a.get("EventId") and f"eventbridge:{a['EventId']}")
 
 
 def build_eventbridge_publisher(settings: Any, client: Any | None = None) -> EventBridgePublisher:
-    """The EventBridge publisher for `settings` (OUTBOX_EVENTBRIDGE_*), with a new client unless one is given."""
     return EventBridgePublisher(
         client_for(settings, client, "events", "EventBridge", settings.eventbridge_max_concurrency),
         bus=settings.eventbridge_bus, source=settings.eventbridge_source,

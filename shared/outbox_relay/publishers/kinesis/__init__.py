@@ -1,7 +1,5 @@
-"""The Amazon Kinesis Data Streams channel: settings (`settings`), the record's shape
-(`records`), its message (`message`) and the publisher the relay drives (`publisher`),
-on the batch calls the AWS channels share (`publishers.aws_batch`). `SPEC` is what the
-registry lists."""
+"""The Amazon Kinesis Data Streams channel: settings, the record (`records`), its message and the
+publisher on `aws_batch`; `SPEC` is what the registry lists."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""One message as one Kinesis record: its data and its partition key, sized as
-Kinesis counts them (docs/channels.md, "Kinesis")."""
+"""One message as one Kinesis record: its data and its partition key, sized as Kinesis counts them."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ MAX_PARTITION_KEY_CHARS = 256
 
 
 def partition_key(key: str | None, message_id: str) -> str:
-    """The record's partition key: the ordering key (one shard per key keeps its order),
-    a digest of it when longer than Kinesis takes, and the message id for a message
-    without one (spread over the shards)."""
+    """The ordering key (one shard keeps its order; a digest when too long), else the message id."""
     if key is None:
         return message_id
     if len(key) <= MAX_PARTITION_KEY_CHARS:
@@ -27,8 +24,7 @@ def partition_key(key: str | None, message_id: str) -> str:
 
 
 def record_data(message_id: str, type_: str, key: str | None, headers_json: str | None, payload_json: str) -> str:
-    """The record's data: a JSON object with the message id (the consumer's dedupe key),
-    type, ordering key, headers and payload; the stored JSON texts go in unchanged."""
+    """A JSON object of the message id, type, key, headers and payload; the stored JSON goes in unchanged."""
     parts = [f'{{"id":"{message_id}","type":{json.dumps(type_, ensure_ascii=False)}']
     if key is not None:
         parts.append(f'"key":{json.dumps(key, ensure_ascii=False)}')
@@ -39,5 +35,5 @@ def record_data(message_id: str, type_: str, key: str | None, headers_json: str 
 
 
 def record_bytes(data: str, partition: str) -> int:
-    """What the record counts towards the 1 MiB and 5 MiB limits: data plus partition key."""
+    """What the record counts towards the 1 MiB and 5 MiB limits."""
     return len(data.encode("utf-8")) + len(partition.encode("utf-8"))

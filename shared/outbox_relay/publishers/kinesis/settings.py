@@ -32,7 +32,6 @@ RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_KINESIS_STREAM",)
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """The Kinesis relay needs its stream, by name or ARN. Raises ValueError naming it."""
     if relayed and not s.kinesis_stream:
         raise ValueError("OUTBOX_KINESIS_STREAM: set the stream's name or ARN for OUTBOX_CHANNEL=kinesis")
     if s.kinesis_stream and not _STREAM.fullmatch(s.kinesis_stream):
@@ -41,5 +40,4 @@ def check_settings(s: Any, relayed: bool) -> None:
 
 
 def stream_parameter(stream: str) -> dict[str, str]:
-    """The request parameter naming `stream`: ``StreamARN`` for an ARN, else ``StreamName``."""
     return {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}

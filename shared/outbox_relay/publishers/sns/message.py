@@ -1,5 +1,4 @@
-"""The SNS channel's message (`publishers.aws_message`: the payload is the SNS
-``Message``, the rest message attributes) and its producer API function `enqueue_sns`."""
+"""The SNS channel's message (`aws_message`) and its producer API function `enqueue_sns`."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from ..aws_message import attributed_row
 
 def message_row(fields: Mapping[str, Any], now: datetime | None = None,
                 context: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Validate one SNS message and return the row to write. Raises `InvalidMessageError`."""
     return attributed_row("sns", fields, now, context)
 
 
@@ -28,14 +26,7 @@ def enqueue_sns(
     deliver_at: datetime | None = None,
     max_attempts: int | None = None,
 ) -> uuid.UUID:
-    """Write a message for the SNS relay's topic (OUTBOX_SNS_TOPIC_ARN), in the caller's transaction.
-
-    The fields are those of `enqueue_sqs`: the payload JSON is the SNS ``Message``, the
-    rest are message attributes, and on a FIFO topic the key is the ``MessageGroupId``
-    and the message id the ``MessageDeduplicationId``.
-
-    Raises:
-        InvalidMessageError: a field is invalid; `.field` names it. Nothing is written.
-    """
+    """Write a message for the SNS relay's topic in the caller's transaction; returns its id.
+    As `enqueue_sqs`, the payload being the SNS ``Message``."""
     return enqueue(conn, channel="sns", type=type, payload=payload, key=key, headers=headers,
                    message_id=message_id, deliver_at=deliver_at, max_attempts=max_attempts)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from ...models import ClaimedMessage, DeliveryResult
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import client_for
-from ..aws_entries import Entry, attributed_entry, batch_answers
+from ..aws_entries import Answers, Entry, attributed_entry, batch_answers
 from ..aws_errors import ErrorCodes
 from ..registry import Channel
 
@@ -42,13 +42,12 @@ class SnsPublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         return attributed_entry(m, entry_id, "sns", "Message", self.fifo)
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
+    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
         reply = self.client.publish_batch(TopicArn=self.topic_arn,
                                           PublishBatchRequestEntries=[e.request for e in entries])
         return batch_answers(reply, "sns")
 
 
 def build_sns_publisher(settings: Any, client: Any | None = None) -> SnsPublisher:
-    """The SNS publisher for `settings` (OUTBOX_SNS_*), with a new client unless one is given."""
     return SnsPublisher(client_for(settings, client, "sns", "SNS", settings.sns_max_concurrency),
                         topic_arn=settings.sns_topic_arn, max_concurrency=settings.sns_max_concurrency)

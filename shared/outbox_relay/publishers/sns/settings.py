@@ -30,7 +30,6 @@ RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SNS_TOPIC_ARN",)
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """The SNS relay needs its topic, given as an ARN. Raises ValueError naming it."""
     if relayed and not s.sns_topic_arn:
         raise ValueError("OUTBOX_SNS_TOPIC_ARN: set the topic's ARN for OUTBOX_CHANNEL=sns")
     if s.sns_topic_arn and not _TOPIC_ARN.fullmatch(s.sns_topic_arn):

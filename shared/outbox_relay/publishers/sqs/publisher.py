@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from ...models import ClaimedMessage, DeliveryResult
 from ..aws_batch import AwsBatchPublisher
 from ..aws_client import client_for
-from ..aws_entries import Entry, attributed_entry, batch_answers
+from ..aws_entries import Answers, Entry, attributed_entry, batch_answers
 from ..aws_errors import ErrorCodes
 from ..registry import Channel
 
@@ -46,12 +46,11 @@ class SqsPublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         return attributed_entry(m, entry_id, "sqs", "MessageBody", self.fifo)
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> dict[str, tuple[str | None, str | None, bool | None]]:
+    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
         reply = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=[e.request for e in entries])
         return batch_answers(reply, "sqs")
 
 
 def build_sqs_publisher(settings: Any, client: Any | None = None) -> SqsPublisher:
-    """The SQS publisher for `settings` (OUTBOX_SQS_*), with a new client unless one is given."""
     return SqsPublisher(client_for(settings, client, "sqs", "SQS", settings.sqs_max_concurrency),
                         queue_url=settings.sqs_queue_url, max_concurrency=settings.sqs_max_concurrency)

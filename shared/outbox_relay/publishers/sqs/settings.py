@@ -32,7 +32,6 @@ RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SQS_QUEUE_URL",)
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """The SQS relay needs its queue, given as a queue URL. Raises ValueError naming it."""
     if relayed and not s.sqs_queue_url:
         raise ValueError("OUTBOX_SQS_QUEUE_URL: set the queue's URL for OUTBOX_CHANNEL=sqs")
     if s.sqs_queue_url and not _QUEUE_URL.fullmatch(s.sqs_queue_url):
