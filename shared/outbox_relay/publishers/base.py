@@ -1,41 +1,36 @@
 """The publisher contract, written down once (docs/channels.md points here).
 
-Per invocation the relay calls `begin(deadline)`, then per batch `gate()`,
-`claim_limit(...)` and, when something was claimed, `deliver(messages, deadline,
-record)`; it reads `counters` at the end (emitted as metrics).
+Per invocation the relay calls `begin(deadline)`, then per batch `gate()`, `claim_limit(...)` and,
+when something was claimed, `deliver(messages, deadline, record)`; it reads `counters` at the end.
 
 Must:
 - `channel`: the `Channel` whose rows it delivers.
-- `gate()`: a cheap check of the downstream: None, or a short reason (no personal
-  data) and nothing is claimed (GateClosed); "downstream unavailable", not "bad message".
-- `claim_limit(batch_size, seconds_available)`: at most `batch_size`, 0 when
-  nothing can start in the time left.
-- `deliver(messages, deadline, record)`: call `record(results)` with one
-  `DeliveryResult` per finished message as they complete (one call is one outcome
-  statement; each message at most once). The message id travels as the
-  consumer's dedupe key.
+- `gate()`: a cheap check of the downstream: None, or a short reason (no personal data) and nothing
+  is claimed (GateClosed); "downstream unavailable", not "bad message".
+- `claim_limit(batch_size, seconds_available)`: at most `batch_size`, 0 when nothing can start in time.
+- `deliver(messages, deadline, record)`: call `record(results)` with one `DeliveryResult` per finished
+  message as they complete (one call is one outcome statement; each message at most once). The
+  message id travels as the consumer's dedupe key.
 
 May (defaults in `Publisher`):
 - `pipelined` (False): the relay may claim the next batch during delivery.
 - `begin(deadline)`: reset per-invocation state (rate limiters, gates, counters).
-- `counters`: this invocation's counts by metric name (declared in
-  `observability.METRIC_UNITS` and the channel's spec), also in the summary's `downstream`.
-- `rate_shared` and `share_rate(share)`: one rate for the whole channel (SES),
-  each poller taking its part.
+- `counters`: this invocation's counts by metric name (declared in `observability.METRIC_UNITS` and
+  the channel's spec), also in the summary's `downstream`.
+- `rate_shared` and `share_rate(share)`: one rate for the whole channel (SES), each poller its part.
 
 Outcomes (`recording.to_outcome` turns them into writes):
 - delivered: `DeliveryResult.delivered(seq, ref)`.
 - `TRANSIENT`: retried after the backoff or `retry_after_seconds`; dead at the maximum attempts.
 - `PERMANENT`: dead letter now.
 - `THROTTLED`: refunded, deferred by `retry_after_seconds` or OUTBOX_THROTTLE_DELAY_SECONDS.
-- the whole downstream unavailable: raise `errors.DownstreamUnavailable` after
-  recording what completed (or `DOWNSTREAM_UNAVAILABLE` for one message); refunded.
+- the whole downstream unavailable: raise `errors.DownstreamUnavailable` after recording what
+  completed (or `DOWNSTREAM_UNAVAILABLE` for one message); refunded.
 - the downstream refuses us (account, identity, configuration): raise `errors.StopBatch`.
 - not attempted: leave it out of `record` (or `NOT_ATTEMPTED`); released, refunded.
 
-Deadline rule: no delivery starts once `deadline.seconds_left()` <= 0, and every
-delivery started ends within OUTBOX_DEADLINE_MARGIN_SECONDS (by the client's
-timeouts), so its result is recorded before the Lambda deadline.
+Deadline rule: no delivery starts once `deadline.seconds_left()` <= 0, and every delivery started ends
+within OUTBOX_DEADLINE_MARGIN_SECONDS (by the client's timeouts), so its result is recorded in time.
 """
 
 from __future__ import annotations
@@ -47,7 +42,6 @@ from typing import Callable, ClassVar, Mapping, Sequence
 
 from ..models import ClaimedMessage, DeliveryResult
 
-#: The relay's callback: record these results now (one outcome statement).
 RecordResults = Callable[[Sequence[DeliveryResult]], None]
 
 _NO_COUNTERS: Mapping[str, int] = MappingProxyType({})
@@ -77,23 +71,19 @@ class Publisher(ABC):
 
     @property
     def counters(self) -> Mapping[str, int]:
-        """This invocation's own counts, by metric name (none by default)."""
         return _NO_COUNTERS
 
     def begin(self, deadline: Deadline) -> None:
-        """A new invocation starts (per-invocation state: rate limits, cached gates, counters)."""
+        pass
 
     def share_rate(self, share: Callable[[], float]) -> None:
-        """With `rate_shared`: `share()` is this poller's part of the channel's rate (0..1)."""
+        """`share()` is this poller's part of the channel's rate (0..1)."""
 
     @abstractmethod
-    def gate(self) -> str | None:
-        """None when the downstream can take messages, else a short reason; nothing is claimed then."""
+    def gate(self) -> str | None: ...
 
     @abstractmethod
-    def claim_limit(self, batch_size: int, seconds_available: float) -> int:
-        """How many messages to claim, given the batch size and the seconds left before the deadline."""
+    def claim_limit(self, batch_size: int, seconds_available: float) -> int: ...
 
     @abstractmethod
-    def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None:
-        """Deliver `messages`, calling `record` with results as they complete."""
+    def deliver(self, messages: Sequence[ClaimedMessage], deadline: Deadline, record: RecordResults) -> None: ...

@@ -1,8 +1,5 @@
-"""What every channel's message shares, as the producer API validates it: a type, a
-JSON payload, an optional ordering key and string headers, the message id, a
-`deliver_at` and a retry budget (`Message`), and the JSON text of payloads and
-headers exactly as they will be sent. A channel's own message (`<channel>/message.py`)
-builds on it."""
+"""What every channel's message shares, as the producer API validates it, and the JSON text of
+payloads and headers exactly as they will be sent."""
 
 from __future__ import annotations
 
@@ -21,10 +18,7 @@ from ..tracing import TRACESTATE, with_context
 MAX_NAME_CHARS = 512
 #: Largest headers of a message, bytes of JSON.
 MAX_HEADERS_BYTES = 64 * 1024
-#: A `deliver_at` is accepted within this much of the producer's clock, either way
-#: (docs/decisions/0013-deliver-at-within-a-year.md): further ahead the outbox
-#: would be a long-term scheduler; further behind it is a mistake (datetime.min,
-#: the epoch), not a due time. A past one is stored as the database's now().
+#: A `deliver_at` further from the producer's clock is a mistake or a long-term schedule (decision 0013).
 DELIVER_AT_WINDOW = timedelta(days=366)
 # A JSON escape of NUL: \u0000 preceded by an even number of backslashes.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -54,8 +48,7 @@ def json_text(value: Any, field: str, limit: int) -> str:
 
 
 def _check_keys(value: Any, field: str) -> None:
-    """Refuse an object key that is not a string: json.dumps would write 1, True or
-    None as "1", "true", "null", and types are not converted (README)."""
+    """Refuse a non-string object key: json.dumps would write 1, True or None as "1", "true", "null"."""
     stack = [(value, field)]
     while stack:
         item, at = stack.pop()
@@ -70,9 +63,7 @@ def _check_keys(value: Any, field: str) -> None:
 
 
 def payload_text(value: Any, limit: int) -> str:
-    """The payload's JSON text. None is refused (decision 0057): it is what a payload
-    left unset looks like, and would be stored as JSON null. The SQL functions refuse
-    a NULL or null payload at the same point, with the same words."""
+    """None is refused as the SQL functions do (decision 0057): it is what a payload left unset looks like."""
     if value is None:
         raise InvalidMessageError("payload", "is required (a null payload is refused); send a JSON value such as {}")
     return json_text(value, "payload", limit)
@@ -90,9 +81,7 @@ def check_text(value: str) -> str:
 
 
 def check_key(value: str | None) -> str | None:
-    """An ordering key as stored: None for none, else non-empty text of at most
-    `MAX_NAME_CHARS` characters. An empty key would reach a stream without a `key`
-    field, as no key does, while ordering would treat it as a key of its own."""
+    """An empty key would reach a stream as no key does, while ordering would treat it as a key."""
     if value is None:
         return None
     if not isinstance(value, str):
@@ -105,8 +94,6 @@ def check_key(value: str | None) -> str | None:
 
 
 def check_deliver_at(value: datetime, now: datetime | None = None) -> datetime:
-    """Refuse a naive `deliver_at` and one outside `DELIVER_AT_WINDOW` of `now`
-    (default: the current time). Raises ValueError saying which."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("must be timezone-aware (a naive datetime is ambiguous)")
     now = now or datetime.now(timezone.utc)
@@ -132,8 +119,7 @@ MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
 
 
 class Envelope(BaseModel):
-    """What every channel's message carries beside its content: the ordering key, the
-    message id, `deliver_at` and the retry budget."""
+    """What every channel's message carries beside its content."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -144,8 +130,7 @@ class Envelope(BaseModel):
 
 
 class Message(Envelope):
-    """A message of a type, a JSON payload and string headers, as the producer API
-    validates it (a channel's own message adds its fields)."""
+    """A message of a type, a JSON payload and string headers (a channel's own adds its fields)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
@@ -161,8 +146,7 @@ CHECK_ORDER = {name: i for i, name in enumerate(
 
 
 def refused(exc: ValidationError, order: Mapping[str, int] | None = None) -> InvalidMessageError:
-    """The first error pydantic found (first in `order`, by top-level field), naming its
-    field as the producer wrote it (``headers.x``, ``to[1]``)."""
+    """The first error (in `order`, by top-level field), naming the field as written (``to[1]``)."""
     errors = exc.errors()
     if order:
         errors = sorted(errors, key=lambda e: order.get(str(e["loc"][0]) if e.get("loc") else "", len(order)))
@@ -177,9 +161,7 @@ def refused(exc: ValidationError, order: Mapping[str, int] | None = None) -> Inv
 
 
 def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | None = None) -> Any:
-    """`data` as `model` (a `Message` or an `Envelope`), its `deliver_at` checked against
-    `now` (default: the current time; a bulk call passes one time to every message): aware,
-    within `DELIVER_AT_WINDOW`. Raises `InvalidMessageError` naming the field."""
+    """`data` as `model`, its `deliver_at` checked against `now` (a bulk call passes one to every message)."""
     try:
         m = model(**data)
     except ValidationError as exc:
@@ -196,8 +178,7 @@ def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | N
 
 def message_row(m: Message | Envelope, channel: str, destination: str, payload: str, type_: str | None = None,
                 headers: str | None = None) -> dict[str, Any]:
-    """The parameters of `sql.producer.insert_message` for a validated message (a
-    `Message`'s type and headers, unless given)."""
+    """The parameters of `sql.producer.insert_message`."""
     if isinstance(m, Message):
         type_ = m.type
         headers = json_text(m.headers, "headers", MAX_HEADERS_BYTES) if m.headers else None
