@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis as redis_lib
 
-from outbox_relay.publishers.redis.script import dedupe_key
+from outbox_relay.publishers.redis.script import dedupe_prefix
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 
 
@@ -38,7 +38,7 @@ def test_dedupe_key_expires_after_the_configured_ttl(enqueue, store, servers, pl
     enqueue(1, stream="ttl")
     (m,) = store.claim("a", 10, 30).messages
     collect(publisher, [m], plenty)
-    key = dedupe_key(redis_prefix + "ttl", str(m.message_id))
+    key = dedupe_prefix(redis_prefix + "ttl") + str(m.message_id)
     assert 85_000 < redis_client.pttl(key) <= 90_000
     client.close()
 

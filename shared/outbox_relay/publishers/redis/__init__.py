@@ -1,6 +1,4 @@
-"""The Redis Streams channel: settings (`settings`), the client (`client`), reply
-errors (`replies`), the publish script (`script`), the publisher the relay drives
-(`streams`), and its builder (`build`). `SPEC` is what the registry lists."""
+"""The Redis Streams channel (the publisher is `streams`); `SPEC` is what the registry lists."""
 
 from __future__ import annotations
 
@@ -8,15 +6,11 @@ from ..spec import ChannelLimits, ChannelSpec, Option
 from .metrics import METRICS
 from .settings import RELATION_VARIABLES, RedisSettings, check_settings
 
-#: Allocations (net new container objects) between young-generation collections
-#: in a Redis relay once `runtime.settle_gc` ran; CPython's default is 700.
+#: A Redis batch builds a few tuples per message, freed by reference counting, and no cycles:
+#: CPython's default threshold (700) only makes the collector find nothing.
 GC_YOUNG_THRESHOLD = 20_000
-#: Largest serialised event payload, bytes (UTF-8 JSON): 256 KiB, the message
-#: size limit of Amazon SQS, SNS and EventBridge. Redis accepts far more, but a
-#: relay batch holds every payload in memory; put big documents elsewhere
-#: (S3) and send a reference.
+#: Redis accepts far more, but a relay batch holds every payload in memory (SQS's limit).
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
-
 
 SPEC = ChannelSpec(
     name="redis",
@@ -35,12 +29,9 @@ SPEC = ChannelSpec(
         Option("--key", "key", "Ordering/partition key."),
     ),
     metrics=METRICS,
-    # One pipeline carries the whole claimed batch, bounded by OUTBOX_BATCH_SIZE and
-    # OUTBOX_BATCH_MAX_BYTES: Redis puts no limit of its own on it.
+    # One pipeline carries the whole claimed batch: Redis puts no limit of its own on it.
     limits=ChannelLimits(entries_per_call=None, bytes_per_call=None, payload_bytes=MAX_EVENT_PAYLOAD_BYTES),
     template_prefix="Redis",
     messaging_system="redis",
-    # A Redis batch builds a few tuples per message, freed by reference counting,
-    # and no cycles: the default threshold only makes the collector find nothing.
     gc_young_threshold=GC_YOUNG_THRESHOLD,
 )

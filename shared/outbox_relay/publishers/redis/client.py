@@ -63,9 +63,8 @@ class ElastiCacheIamCredentials(CredentialProvider):
 
 def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0, cluster: bool = False,
                         credential_provider: Any = None) -> Any:
-    """A client of a `redis://` or `rediss://` URL (or, with `cluster`, any node of one). A
-    failed command is retried once on a new connection (one that died while the container
-    was frozen); the publish script is idempotent, so that is safe."""
+    """A failed command is retried once on a new connection (one may die while the container is
+    frozen); the publish script is idempotent, so that is safe."""
     options = dict(
         socket_timeout=socket_timeout_seconds,
         socket_connect_timeout=socket_timeout_seconds,

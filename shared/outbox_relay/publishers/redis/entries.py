@@ -32,7 +32,6 @@ def plain_fields(m: ClaimedMessage) -> str:
 
 
 def cloudevent_fields(source: str) -> Callable[[ClaimedMessage], str]:
-    """The `cloudevents` layout: CloudEvents 1.0 attributes, the key as `subject`, the headers as `outboxheaders`."""
     def fields(m: ClaimedMessage) -> str:
         key = m.key
         parts = [key or "", "specversion", "1.0", "id", m.message_id, "source", source, "type", m.type,

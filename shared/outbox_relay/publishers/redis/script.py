@@ -1,5 +1,5 @@
-"""The idempotent publish script (check the dedupe key, XADD, store the entry id under
-it with a TTL, atomically) and how a batch is cut into its calls."""
+"""The idempotent publish script (check the dedupe key, XADD, store the entry id under it, atomically)
+and how a batch is cut into its calls."""
 
 from __future__ import annotations
 
@@ -127,10 +127,6 @@ return table.concat(out, '\\n')
 #: Messages per script call: bounds how long one call blocks Redis (a key's messages stay together).
 SCRIPT_CHUNK = 250
 KEY_STOPPED = "redis: not attempted: an earlier message of its key failed in this batch"
-
-
-def dedupe_key(stream: str, message_id: str) -> str:
-    return dedupe_prefix(stream) + message_id
 
 
 def dedupe_prefix(stream: str) -> str:

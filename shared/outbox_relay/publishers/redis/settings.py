@@ -1,5 +1,4 @@
-"""The Redis channel's settings (OUTBOX_REDIS_*, REDIS_URL, REDIS_URL_SECRET_ARN):
-a mixin of `config.Settings`, and the relations between them."""
+"""The Redis channel's settings (OUTBOX_REDIS_*, REDIS_URL, REDIS_URL_SECRET_ARN): a mixin of `config.Settings`."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ class RedisTrim(str, enum.Enum):
 
 
 class RedisOnFull(str, enum.Enum):
-    """What `acknowledged` trimming does with a stream at its bound because a consumer group
-    lags (OUTBOX_REDIS_ON_FULL)."""
+    """What `acknowledged` trimming does with a stream at its bound because a group lags (OUTBOX_REDIS_ON_FULL)."""
 
     HOLD = "hold"  # publish nothing more to it: released with attempts refunded, metric StreamFull
     TRIM = "trim"  # trim to the bound anyway: metric TrimmedUnacknowledged counts what went unacknowledged
@@ -47,11 +45,9 @@ class RedisSettings(BaseSettings):
     redis_url_secret_arn: str | None = Field(default=None, validation_alias="REDIS_URL_SECRET_ARN")
     """Secrets Manager secret whose string is the Redis URL (ElastiCache AUTH token inside)."""
     redis_cluster: bool = False
-    """OUTBOX_REDIS_CLUSTER: talk to a Redis Cluster (cluster mode enabled, ElastiCache Serverless)
-    through redis-py's cluster client; the URL names any node or the configuration endpoint."""
+    """OUTBOX_REDIS_CLUSTER: a Redis Cluster; the URL names any node or the configuration endpoint."""
     redis_iam_auth: bool = False
-    """OUTBOX_REDIS_IAM_AUTH: log in to ElastiCache with an IAM auth token (the URL's user, a
-    signed `connect` request as its password) instead of a password; needs rediss://."""
+    """OUTBOX_REDIS_IAM_AUTH: log in to ElastiCache with an IAM auth token instead of a password; needs rediss://."""
     redis_iam_cache_name: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
     """OUTBOX_REDIS_IAM_CACHE_NAME: the replication group id or serverless cache name the token is for."""
     redis_iam_serverless: bool = False
@@ -59,34 +55,23 @@ class RedisSettings(BaseSettings):
     redis_socket_timeout_seconds: float = Field(default=5.0, gt=0, le=60, allow_inf_nan=False)
     redis_dedupe_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60, le=365 * 24 * 3600)
     """How long a published message id is remembered for idempotent re-publish, seconds."""
+    # Redis reads the bound as a signed 64-bit integer and refuses every XADD with a larger one.
     redis_maxlen: int = Field(default=0, ge=0, le=2**63 - 1)
-    """Stream length bound; 0 disables trimming. With OUTBOX_REDIS_TRIM=maxlen an approximate
-    trim (`XADD MAXLEN ~ n`); with `acknowledged` a hard bound that trimming reaches only
-    through entries every consumer group has acknowledged. Redis reads the count as a
-    signed 64-bit integer and refuses every XADD with a larger one."""
+    """Stream length bound, 0 for none: approximate with OUTBOX_REDIS_TRIM=maxlen, hard with acknowledged."""
     redis_trim: RedisTrim = RedisTrim.MAXLEN
-    """OUTBOX_REDIS_TRIM: maxlen (trim whether read or not) | acknowledged (never past what a
-    consumer group has not acknowledged)."""
     redis_on_full: RedisOnFull = RedisOnFull.HOLD
-    """OUTBOX_REDIS_ON_FULL: with `acknowledged`, a stream at its bound because a group lags:
-    hold (publish nothing more to it, attempts refunded) | trim (trim anyway, count the loss)."""
     redis_format: RedisFormat = RedisFormat.FIELDS
-    """OUTBOX_REDIS_FORMAT: fields (id, type, key, payload, …) | cloudevents (CloudEvents 1.0
-    attributes as fields: specversion, id, source, type, time, datacontenttype, subject, data)."""
     cloudevents_source: str = "/outbox-relay"
-    """OUTBOX_CLOUDEVENTS_SOURCE: the CloudEvents `source` of every entry with
-    OUTBOX_REDIS_FORMAT=cloudevents, a URI reference (RFC 3986 characters, no spaces)."""
+    """OUTBOX_CLOUDEVENTS_SOURCE: the CloudEvents `source` of every entry with OUTBOX_REDIS_FORMAT=cloudevents."""
 
     redis_wait_replicas: int = Field(default=0, ge=0, le=5)
     """Replicas that must acknowledge a batch's writes (WAIT) before it is recorded delivered."""
     redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     """How long WAIT waits for those replicas, milliseconds (0, wait forever, is refused)."""
     redis_memory_high: float = Field(default=0.9, ge=0.5, le=1.0, allow_inf_nan=False)
-    """The gate claims nothing while Redis uses at least this fraction of its maxmemory
-    (when its policy does not evict every key)."""
+    """The gate claims nothing while Redis uses this fraction of its maxmemory (unless it evicts every key)."""
     redis_oom_backoff_seconds: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
-    """After an OOM reply, the gate claims nothing for this long (when Redis does not report
-    its maxmemory) or until memory is below the high mark, seconds."""
+    """After an OOM reply, no claim for this long (Redis not reporting maxmemory) or until below the mark."""
 
     @field_validator("cloudevents_source")
     @classmethod
@@ -98,14 +83,11 @@ class RedisSettings(BaseSettings):
         return v
 
 
-#: Variables the relation checks below name (see `config._RELATION_VARS`).
 RELATION_VARIABLES = ("REDIS_URL", "OUTBOX_REDIS_DEDUPE_TTL_SECONDS", "OUTBOX_REDIS_TRIM",
                       "OUTBOX_REDIS_WAIT_TIMEOUT_MS", "OUTBOX_REDIS_IAM_CACHE_NAME")
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """The relations between the Redis settings and the rest of `s` (a `config.Settings`);
-    `relayed` when this function relays the Redis channel. Raises ValueError."""
     if relayed and s.redis_url is None and s.redis_url_secret_arn is None:
         raise ValueError("REDIS_URL: set REDIS_URL or REDIS_URL_SECRET_ARN for OUTBOX_CHANNEL=redis")
     if s.redis_url is not None:
@@ -113,8 +95,7 @@ def check_settings(s: Any, relayed: bool) -> None:
             check_redis_url(s.redis_url, cluster=s.redis_cluster, iam=s.redis_iam_auth)
         except ValueError as exc:
             raise ValueError(f"REDIS_URL: {exc}") from None
-    if relayed and (
-            s.redis_dedupe_ttl_seconds < s.lease_seconds + s.function_timeout_seconds):
+    if relayed and s.redis_dedupe_ttl_seconds < s.lease_seconds + s.function_timeout_seconds:
         # A crashed invocation's message is claimed again once its lease expires and
         # published again within one more timeout: the dedupe key must still be there.
         raise ValueError(
@@ -126,12 +107,10 @@ def check_settings(s: Any, relayed: bool) -> None:
     if relayed and s.redis_iam_auth and not s.redis_iam_cache_name:
         raise ValueError("OUTBOX_REDIS_IAM_CACHE_NAME: OUTBOX_REDIS_IAM_AUTH=true signs its token for one cache: "
                          "set its replication group id or serverless cache name")
-    if relayed and s.redis_trim is RedisTrim.ACKNOWLEDGED \
-            and s.redis_maxlen == 0:
+    if relayed and s.redis_trim is RedisTrim.ACKNOWLEDGED and s.redis_maxlen == 0:
         raise ValueError("OUTBOX_REDIS_TRIM: acknowledged trims a stream down to OUTBOX_REDIS_MAXLEN; "
                          "set OUTBOX_REDIS_MAXLEN above 0, or OUTBOX_REDIS_TRIM=maxlen")
-    if relayed and s.redis_wait_replicas and (
-            s.redis_wait_timeout_ms / 1000.0 >= s.redis_socket_timeout_seconds):
+    if relayed and s.redis_wait_replicas and s.redis_wait_timeout_ms / 1000.0 >= s.redis_socket_timeout_seconds:
         # The reply to WAIT comes after its timeout: a socket timeout first would turn
         # every slow replica into a connection failure.
         raise ValueError(
