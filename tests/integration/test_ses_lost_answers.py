@@ -16,8 +16,8 @@ from sqlalchemy import text
 
 from outbox_relay.loop import RelayLoop
 from outbox_relay.operations.dead import get_message, history_of
+from outbox_relay.publishers.aws_client import create_client
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses.client import create_ses_client
 from support.feedback import event_for
 from support.forward import LosingForwarder
 from support.ses import make_publisher
@@ -49,7 +49,7 @@ def relay(ses_store, policy, monkeypatch):
 
     def _relay(proxy: LosingForwarder, **kw: Any) -> Any:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", f"http://127.0.0.1:{proxy.port}")
-        client = create_ses_client(max_concurrency=2, deadline_margin_seconds=MARGIN)
+        client = create_client("sesv2", "SES", max_concurrency=2, deadline_margin_seconds=MARGIN)
         publisher = make_publisher(client, **kw)
         deadline = Deadline(lambda: 60_000, margin_seconds=MARGIN)
         return RelayLoop(ses_store, publisher, policy, deadline, f"owner-{uuid.uuid4()}").run()

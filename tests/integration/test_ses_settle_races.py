@@ -22,8 +22,8 @@ from sqlalchemy import text
 from outbox_relay.loop import RelayLoop
 from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 from outbox_relay.operations.dead import get_message, history_of
+from outbox_relay.publishers.aws_client import create_client
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses.client import create_ses_client
 from support.feedback import event_for
 from support.forward import LosingForwarder
 from support.ses import make_publisher
@@ -43,7 +43,7 @@ def relay(ses_store, policy, monkeypatch) -> Callable[..., Any]:
 
     def _relay(port: int, read_timeout: float = 30.0) -> Any:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", f"http://127.0.0.1:{port}")
-        client = create_ses_client(max_concurrency=2, read_timeout_seconds=read_timeout)
+        client = create_client("sesv2", "SES", max_concurrency=2, read_timeout_seconds=read_timeout)
         publisher = make_publisher(client, settle_seconds=SETTLE_SECONDS)
         return RelayLoop(ses_store, publisher, policy, PLENTY, f"owner-{uuid.uuid4()}").run()
 
@@ -136,7 +136,7 @@ def test_an_event_after_the_ambiguous_send_was_recorded_settles_it(
 def die_after_sending(ses_store, moto_ses, rows) -> None:
     """A relay claims the email, SES accepts its send, and the relay dies before its outcome write."""
     claim = ses_store.claim("dead-relay", 10, 30).messages
-    client = create_ses_client(max_concurrency=2, read_timeout_seconds=30.0)
+    client = create_client("sesv2", "SES", max_concurrency=2, read_timeout_seconds=30.0)
     publisher = make_publisher(client, settle_seconds=SETTLE_SECONDS)
     publisher.begin(PLENTY)
     publisher.deliver(claim, PLENTY, lambda results: None)

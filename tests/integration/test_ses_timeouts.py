@@ -11,8 +11,8 @@ from typing import Iterator
 import pytest
 
 from outbox_relay.loop import RelayLoop
+from outbox_relay.publishers.aws_client import create_client
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.ses.client import create_ses_client
 from support.ses import make_publisher
 
 
@@ -49,7 +49,7 @@ def test_a_hanging_send_times_out_transient_and_is_recorded_before_the_deadline(
     # Given an SES endpoint that never answers, and the smallest margin the SES relay accepts
     monkeypatch.setenv("AWS_ENDPOINT_URL_SESV2", silent_endpoint)
     margin = 4.0
-    client = create_ses_client(max_concurrency=2, deadline_margin_seconds=margin)
+    client = create_client("sesv2", "SES", max_concurrency=2, deadline_margin_seconds=margin)
     assert (client.meta.config.connect_timeout, client.meta.config.read_timeout) == (2.0, 1.0)
     enqueue_mail(1)
 

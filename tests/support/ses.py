@@ -18,9 +18,9 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
 from outbox_relay.producer import enqueue_email
+from outbox_relay.publishers.aws_client import create_client
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.publishers.ses.addresses import parse_address
-from outbox_relay.publishers.ses.client import create_ses_client
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.store import LeaseStore
 from outbox_tools.local_ses import LocalSesServer, answer_get_account
@@ -47,7 +47,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def ses(aws_env) -> Iterator[Any]:
     """A boto3 sesv2 client on moto, with the default sender verified and the configuration set created."""
     with mock_aws():
-        client = create_ses_client(max_concurrency=8)
+        client = create_client("sesv2", "SES", max_concurrency=8)
         client.create_email_identity(EmailIdentity=SENDER_IDENTITY)
         client.create_configuration_set(ConfigurationSetName=CONFIGURATION_SET)
         yield client

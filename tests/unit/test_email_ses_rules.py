@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 from outbox_relay.models import ClaimedMessage, ErrorClass, Status
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.errors import Verdict, classify_client_error
-from outbox_relay.publishers.ses.message import email_row
+from outbox_relay.publishers.ses.message import message_row
 from outbox_relay.publishers.ses.publisher import SesPublisher
 from outbox_relay.publishers.ses.rate import SendRateLimiter
 from outbox_relay.publishers.ses.requests import mailboxes, redact, redactions
@@ -63,7 +63,7 @@ def test_error_classification_table(code, message, status, own_sender, own_set, 
 
 
 def test_stored_error_text_loses_the_messages_addresses():
-    p = email_row(to=["박지우 <jiwoo@example.com>"], cc=["cc@example.com"], subject="s", text="t")
+    p = message_row(dict(to=["박지우 <jiwoo@example.com>"], cc=["cc@example.com"], subject="s", text="t"))
     from outbox_relay.publishers.ses.payload import load_payload
 
     pairs = redactions(mailboxes(load_payload(p["payload"]), "Shop <noreply@shop.example>"))
@@ -195,7 +195,7 @@ def test_claim_limit_is_rate_times_seconds_within_quota_and_batch():
 def _claimed(n: int) -> list[ClaimedMessage]:
     out = []
     for i in range(n):
-        row = email_row(to=[f"u{i}@example.com"], subject=f"s{i}", text="t")
+        row = message_row(dict(to=[f"u{i}@example.com"], subject=f"s{i}", text="t"))
         out.append(ClaimedMessage(i + 1, str(row["message_id"]), Status.LEASED, "ses", "email", None, row["payload"],
                                   None, 1, 5, "2026-11-29T19:00:00.000000Z"))
     return out
@@ -252,17 +252,17 @@ def test_message_id_is_the_first_email_tag():
 @pytest.mark.parametrize("margin, expected", [(4.0, (2.0, 1.0)), (5.0, (2.0, 2.0)), (10.0, (2.0, 7.0)),
                                               (60.0, (2.0, 15.0))])
 def test_ses_client_timeouts_fit_inside_the_deadline_margin(margin, expected):
-    from outbox_relay.publishers.ses.client import ses_timeouts
+    from outbox_relay.publishers.aws_client import call_timeouts
 
-    connect, read = ses_timeouts(margin)
+    connect, read = call_timeouts(margin, "SES")
     assert (connect, read) == expected
     assert connect + read <= margin - 1.0  # at least a second left to record the outcome
 
 
 def test_a_deadline_margin_too_small_for_sane_timeouts_is_a_configuration_error():
     from outbox_relay.errors import ConfigurationError
-    from outbox_relay.publishers.ses.client import ses_timeouts
+    from outbox_relay.publishers.aws_client import call_timeouts
 
     with pytest.raises(ConfigurationError) as err:
-        ses_timeouts(3.5)
+        call_timeouts(3.5, "SES")
     assert err.value.variable == "OUTBOX_DEADLINE_MARGIN_SECONDS" and "at least 4s" in str(err.value)

@@ -14,7 +14,7 @@ from outbox_relay.errors import InvalidMessageError
 from outbox_relay.publishers.ses import mime as mime_mod
 from outbox_relay.publishers.ses import payload as payload_mod
 from outbox_relay.publishers.ses.addresses import parse_address
-from outbox_relay.publishers.ses.message import email_row
+from outbox_relay.publishers.ses.message import message_row
 from outbox_relay.publishers.ses.payload import load_payload
 
 OK = {"to": ["ana@example.com"], "subject": "Hello", "text": "body"}
@@ -22,7 +22,7 @@ OK = {"to": ["ana@example.com"], "subject": "Hello", "text": "body"}
 
 def refused(**changes) -> InvalidMessageError:
     with pytest.raises(InvalidMessageError) as err:
-        email_row(**(OK | changes))
+        message_row(OK | changes)
     return err.value
 
 
@@ -126,14 +126,15 @@ def test_total_size_is_limited_to_the_ses_v2_maximum(monkeypatch):
     # Then the error names the field that made it too large
     assert with_attachment.field == "attachments" and "bytes as MIME" in with_attachment.problem
     assert long_body.field == "html/text"
-    assert email_row(**(OK | {"attachments": [("small.bin", b"\x00" * 10_000)]}))
+    assert message_row(OK | {"attachments": [("small.bin", b"\x00" * 10_000)]})
 
 
 def test_utf8_subjects_bodies_and_names_are_stored_intact():
     # Given Korean, emoji and accents everywhere text is allowed
-    row = email_row(to=["박지우 <jiwoo@example.com>"], cc=["Zoë Müller <zoe@example.com>"],
-                    subject="주문 확인 🎉 — crème brûlée", text="안녕하세요 🌶️\nçà et là",
-                    html="<p>Ñandú 🐦</p>", headers={"X-Note": "été"}, sender="Café Ünïcode <noreply@shop.example>")
+    row = message_row(dict(to=["박지우 <jiwoo@example.com>"], cc=["Zoë Müller <zoe@example.com>"],
+                           subject="주문 확인 🎉 — crème brûlée", text="안녕하세요 🌶️\nçà et là",
+                           html="<p>Ñandú 🐦</p>", headers={"X-Note": "été"},
+                           sender="Café Ünïcode <noreply@shop.example>"))
 
     # Then the stored JSON holds them as given (UTF-8 in jsonb, no escaping to ASCII needed)
     payload = json.loads(row["payload"])
@@ -152,14 +153,14 @@ def test_addresses_are_normalised_for_ses():
     assert parse_address('"Park, Jiwoo" <jiwoo@EXAMPLE.com>') == '"Park, Jiwoo" <jiwoo@example.com>'
     assert parse_address("<ana@example.com>") == "ana@example.com"
     # A single address may be given as a string, a configuration set becomes the destination
-    row = email_row(to="ana@example.com", subject="s", text="t", configuration_set="transactional")
+    row = message_row(dict(to="ana@example.com", subject="s", text="t", configuration_set="transactional"))
     assert json.loads(row["payload"])["to"] == ["ana@example.com"]
     assert row["destination"] == "transactional"
 
 
 def test_a_stored_payload_is_validated_again_without_echoing_it():
     # Given rows written by hand: a bad address, bad base64, an unknown key, not JSON
-    good = json.loads(email_row(**OK)["payload"])
+    good = json.loads(message_row(OK)["payload"])
     cases = {
         "to[0]": good | {"to": ["ana.secret@"]},
         "attachments[0].content_base64": good | {"attachments": [{"filename": "a.txt", "content_base64": "%%%"}]},
@@ -178,8 +179,8 @@ def test_a_stored_payload_is_validated_again_without_echoing_it():
 
 def test_attachment_given_as_bytes_is_stored_as_standard_base64_with_a_guessed_type():
     data = bytes(range(256))
-    row = email_row(**(OK | {"attachments": [{"filename": "photo.png", "content": data}],
-                            "message_id": uuid.UUID(int=7)}))
+    row = message_row(OK | {"attachments": [{"filename": "photo.png", "content": data}],
+                            "message_id": uuid.UUID(int=7)})
     [stored] = json.loads(row["payload"])["attachments"]
     assert stored == {"filename": "photo.png", "content_type": "image/png",
                       "content_base64": base64.b64encode(data).decode()}
@@ -208,7 +209,7 @@ BAD_HEADER_ROW = ('{"to":["p@example.com"],"subject":"s","text":"t","headers":{"
     ("Resent-Cc", '"Ops, Shop" <ops@shop.example>'), ("X-A", "=?utf-8?q?J=C3=B6rg?= =?UTF-8?B?w6k=?= x"),
 ])
 def test_header_values_that_parse_as_their_header_are_kept(name, value):
-    assert email_row(**(OK | {"headers": {name: value}}))
+    assert message_row(OK | {"headers": {name: value}})
 
 
 def test_a_stored_header_the_email_package_cannot_parse_is_refused_naming_headers():

@@ -14,7 +14,7 @@ from outbox_relay import tracing
 from outbox_relay.models import ClaimedMessage, Status
 from outbox_relay.publishers.eventbridge.publisher import EventBridgePublisher
 from outbox_relay.publishers.redis.entries import cloudevent_fields, plain_fields
-from outbox_relay.publishers.ses.message import email_row
+from outbox_relay.publishers.ses.message import message_row
 from outbox_relay.publishers.ses.requests import prepare
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -101,7 +101,7 @@ def message(headers_json: str | None, payload: str = '{"n":1}', key: str | None 
 
 
 def _email(**changes) -> ClaimedMessage:
-    row = email_row(**({"to": ["ana@example.com"], "subject": "s", "text": "t"} | changes))
+    row = message_row({"to": ["ana@example.com"], "subject": "s", "text": "t"} | changes)
     return ClaimedMessage(1, str(row["message_id"]), Status.LEASED, "(default)", "email", None, row["payload"],
                           json.dumps({"traceparent": TP, "tracestate": "a=1"}), 1, 5, "2026-12-02T10:00:00Z")
 

@@ -1,9 +1,5 @@
-"""The Amazon SES (v2) channel: the email as stored and validated (`payload`, with its
-`addresses`, `headers`, `attachment` and `content_types`), the raw MIME message
-(`mime`), the producer API's message (`message`), settings (`settings`), error
-classification (`errors`), rate limiting (`rate`), the sending pool (`pool`), request
-building (`requests`), the client (`client`) and the publisher the relay drives
-(`publisher`). `SPEC` is what the registry lists."""
+"""The Amazon SES (v2) channel: the email as stored and validated (`payload`), its MIME message (`mime`),
+the requests, the paced sending pool and the publisher; `SPEC` is what the registry lists."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from .settings import RELATION_VARIABLES, SesSettings, check_settings
 
 #: SES v2 maximum message size, bytes, after base64 encoding ("Service quotas in Amazon SES").
 MAX_MESSAGE_BYTES = 40_000_000
-
 
 SPEC = ChannelSpec(
     name="ses",

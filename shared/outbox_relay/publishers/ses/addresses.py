@@ -1,8 +1,5 @@
-"""Email addresses: one mailbox in the grammar of MAILBOX_PATTERN, parsed by
-the standard library's RFC 5322 parser (`email.headerregistry`) and checked by
-`email-validator`; the local
-part must be ASCII (SES does not accept SMTPUTF8 addresses), an
-internationalised domain is kept in its ASCII (punycode) form."""
+"""Email addresses: one mailbox in the grammar of MAILBOX_PATTERN, parsed by the standard library's
+RFC 5322 parser and checked by `email-validator`."""
 
 from __future__ import annotations
 
@@ -17,8 +14,6 @@ from email_validator import EmailNotValidError, validate_email
 # Control characters except TAB, and everything Python treats as a line break (NEL, U+2028,
 # U+2029): none may reach a header.
 CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-
-
 # The one grammar of a mailbox the API takes (docs/decisions/0052): an address, or a
 # display name of words (atoms, quoted strings, encoded words) and an address
 # in angle brackets. No comments, no obsolete forms, no encoded word in the address.
@@ -31,12 +26,8 @@ NOT_IN_GRAMMAR = ('is not a well-formed address in a form taken here: address, <
 
 
 def parse_address(value: str) -> str:
-    """Validate one mailbox (``addr@example.com`` or ``Display Name <addr@example.com>``)
-    and return its canonical form: the display name kept as given (UTF-8 allowed),
-    the address as `email-validator` normalises it, domain in ASCII (punycode).
-
-    Raises `ValueError` saying what is wrong (the caller names the field).
-    """
+    """One mailbox's canonical form: the display name as given, the address as `email-validator`
+    normalises it, the domain in punycode (SES takes no SMTPUTF8). ValueError says what is wrong."""
     if not isinstance(value, str):
         raise ValueError("must be a string")
     if CONTROL_RE.search(value):
@@ -78,8 +69,7 @@ ENCODED_WORD_CHARSETS = frozenset({"utf-8", "us-ascii"})
 
 
 def encoded_word_problem(header) -> str | None:
-    """Why the encoded words the `email` package decoded in `header` are not taken
-    (None when they are): only UTF-8 and US-ASCII, not every charset Python knows."""
+    """Why `header`'s encoded words are not taken: only UTF-8 and US-ASCII, not every charset Python knows."""
     stack = [header._parse_tree]
     while stack:
         token = stack.pop()
@@ -91,14 +81,11 @@ def encoded_word_problem(header) -> str | None:
 
 
 def address_of(canonical: str) -> str:
-    """The bare address of a canonical mailbox string (display name dropped)."""
     return email_policy.default.header_factory("To", canonical).addresses[0].addr_spec
 
 
 def encode_address(canonical: str) -> str:
-    """A canonical mailbox as SES expects it in API fields: the display name
-    RFC 2047-encoded when it is not ASCII ("Amazon SES API v2 reference",
-    SendEmail FromEmailAddress: "MIME encoded-word syntax")."""
+    """The display name RFC 2047-encoded when not ASCII, as SES's API fields expect ("SendEmail")."""
     mailbox = email_policy.default.header_factory("To", canonical).addresses[0]
     if not mailbox.display_name:
         return mailbox.addr_spec
@@ -110,8 +97,7 @@ def _without_address(text: str, address: str) -> str:
 
 
 def encode_header_value(value: str) -> str:
-    """A header value as one line of printable ASCII: as is when it already is,
-    else RFC 2047 encoded words (UTF-8)."""
+    """A header value as one line of printable ASCII (RFC 2047 encoded words when not ASCII)."""
     if value.isascii():
         return value
     return Header(value, "utf-8").encode(maxlinelen=0)

@@ -1,5 +1,4 @@
-"""An email attachment: a file name, a MIME type and the content, stored as
-standard base64 (RFC 4648 section 4)."""
+"""An email attachment: a file name, a MIME type and the content, stored as standard base64."""
 
 from __future__ import annotations
 
@@ -18,15 +17,13 @@ def as_attachment(item: Any) -> Any:
     """An `Attachment`, a mapping, or a ``(filename, content[, content_type])`` tuple."""
     if isinstance(item, Attachment):
         return item
-    if isinstance(item, tuple) and len(item) in (2, 3):  # (filename, content[, content_type])
+    if isinstance(item, tuple) and len(item) in (2, 3):
         return {"filename": item[0], "content": item[1], **({"content_type": item[2]} if len(item) == 3 else {})}
     return item
 
 
 class Attachment(BaseModel):
-    """One attachment. Give `content` (bytes) at enqueue; it is stored as
-    `content_base64` (standard base64). `content_type` defaults to a guess from
-    the file name's extension (`content_types.guess_content_type`)."""
+    """Given `content` (bytes) at enqueue, stored as `content_base64`; `content_type` guessed from the name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,5 +1,4 @@
-"""An attachment's content type guessed from its file name, by the table in
-content_types.txt: the same guess on every machine (docs/decisions/0052)."""
+"""An attachment's content type by the table in content_types.txt: the same guess on every machine."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ CONTENT_TYPES: dict[str, str] = _load()
 
 
 def guess_content_type(filename: str) -> str:
-    """The type of `filename` by its extension (what follows its last dot, as
-    `os.path.splitext` finds it; ASCII letters compared without case)."""
     extension = posixpath.splitext(filename)[1][1:]
     if not extension.isascii():  # str.lower() folds some non-ASCII letters to ASCII ones (K, the Kelvin sign)
         return DEFAULT_CONTENT_TYPE

@@ -1,6 +1,5 @@
-"""Whose fault an SES ``SendEmail`` error is (docs/channels.md, "Errors: whose fault, and
-what happens"). A refusal of a value every message shares stops the batch, or it would
-dead-letter the whole queue one message at a time."""
+"""Whose fault an SES ``SendEmail`` error is: a refusal of a value every message shares stops the
+batch, or it would dead-letter the whole queue one message at a time."""
 
 from __future__ import annotations
 
@@ -35,10 +34,8 @@ class Classification:
 def classify_client_error(code: str, message: str, status: int | None, *, own_sender: str | None = None,
                           own_configuration_set: str | None = None, default_sender: str | None = None,
                           default_configuration_set: str | None = None) -> Classification:
-    """Classify a ``SendEmail`` error. `own_*`: what the message chose itself (None: the
-    default); the message text tells the daily quota from the rate throttle. A refusal
-    naming our configured sender or configuration set stops the batch; 5xx and unknown
-    codes are transient."""
+    """`own_*`: what the message chose itself (None: the default); the text tells the daily quota from
+    the rate throttle."""
     text = (message or "").lower()
     if "daily message quota exceeded" in text:
         return Classification(ErrorClass.THROTTLED, Verdict.QUOTA)
@@ -67,7 +64,6 @@ def classify_client_error(code: str, message: str, status: int | None, *, own_se
 
 
 def _names_own_choice(text: str, own_sender: str | None, own_configuration_set: str | None) -> bool:
-    """Whether an IAM refusal names the sender identity or configuration set the message chose."""
     if own_sender:
         domain = own_sender.rsplit("@", 1)[-1].lower()
         if own_sender.lower() in text or f"identity/{domain}" in text:
@@ -78,7 +74,7 @@ def _names_own_choice(text: str, own_sender: str | None, own_configuration_set: 
 def classify_exception(exc: BaseException, *, own_sender: str | None = None,
                        own_configuration_set: str | None = None, default_sender: str | None = None,
                        default_configuration_set: str | None = None) -> tuple[Classification, str]:
-    """Classify what ``SendEmail`` raised; returns it with the code (or exception type) for the error text."""
+    """What ``SendEmail`` raised, classified, with the code (or exception type) for the error text."""
     from botocore.exceptions import (
         ClientError,
         NoCredentialsError,
@@ -106,8 +102,7 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
 
 
 def answer_was_lost(exc: BaseException) -> bool:
-    """Whether SES may have accepted a send whose answer we lost: the connection dropped or
-    timed out reading after the request went out, or SES answered 5xx (not a throttle)."""
+    """Whether SES may have accepted a send whose answer we lost (read timeout, dropped connection, 5xx)."""
     from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
     if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):

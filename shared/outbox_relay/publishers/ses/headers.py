@@ -1,12 +1,6 @@
-"""Headers as the MIME message will write them (the standard library's `email`
-package, SMTP policy), so a header value is refused at enqueue if it could not be.
-
-Beyond what the package parses without a defect (in an unstructured header
-too, where the package keeps a malformed encoded word's defects to the parse),
-three narrowings keep one grammar (docs/decisions/0052): encoded words only in
-UTF-8 or US-ASCII, dates only in RFC 5322's own form, and the Resent-* address
-headers only as lists of the mailboxes the recipient fields take (or, for
-Resent-To, -Cc and -Bcc, an empty group such as ``undisclosed-recipients:;``)."""
+"""Headers as the MIME message will write them, so a value is refused at enqueue if it could not be.
+Three narrowings keep one grammar (decision 0052): encoded words only in UTF-8 or US-ASCII, dates only
+in RFC 5322's own form, and Resent-* address headers only as the recipient fields take them."""
 
 from __future__ import annotations
 
@@ -18,8 +12,7 @@ from .addresses import encoded_word_problem, parse_address
 #: CRLF line endings, headers folded at 78 characters.
 MIME_POLICY = email_policy.SMTP
 
-#: RFC 5322 date-time without its obsolete forms (named zones, two-digit years)
-#: or comments.
+#: RFC 5322 date-time without its obsolete forms (named zones, two-digit years) or comments.
 DATE_PATTERN = (r"^(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), +)?[0-9]{1,2} +(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
                 r"|Nov|Dec) +(?:19|[2-9][0-9])[0-9]{2} +[0-9]{2}:[0-9]{2}(?::[0-9]{2})? +[+-][0-9]{4}$")
 DATE_HEADERS = frozenset({"resent-date", "orig-date"})
@@ -32,8 +25,7 @@ _EMPTY_GROUP_RE = re.compile(EMPTY_GROUP_PATTERN)
 
 
 def split_address_list(value: str) -> list[str]:
-    """The items of a comma-separated address list: commas inside a quoted
-    string (with its backslash escapes) do not separate."""
+    """The items of an address list: commas inside a quoted string do not separate."""
     items, start, quoted, escaped = [], 0, False, False
     for i, ch in enumerate(value):
         if quoted:
@@ -53,13 +45,8 @@ def split_address_list(value: str) -> list[str]:
 
 
 def header_problem(name: str, value: str) -> str | None:
-    """Why `value` is not a `name` header the `email` package can write (None when it is).
-
-    The package parses structured headers by name (address headers such as
-    ``Resent-To``, dates, …). On some malformed values it raises (IndexError,
-    TypeError, HeaderParseError and others); on most it records defects on the
-    header instead and keeps going, so ``Resent-To: not an address`` would be
-    sent as it is. Either means the value is not that header."""
+    """Why `value` is not a `name` header (None when it is): on most malformed values the `email` package
+    records defects and keeps going (``Resent-To: not an address`` would be sent as it is)."""
     lower = name.lower()
     if lower in DATE_HEADERS and not _DATE_RE.fullmatch(value):
         return "must be an RFC 5322 date such as 'Tue, 1 Jul 2003 10:52:37 +0200' (numeric zone, no comments)"

@@ -1,6 +1,5 @@
-"""The raw MIME message of an email (RFC 5322 / RFC 2045), built with the
-standard library's `email` package, for emails SES must receive as raw content
-(attachments, or custom headers on an older botocore)."""
+"""The raw MIME message of an email, for emails SES must receive as raw content (attachments, or
+custom headers on an older botocore)."""
 
 from __future__ import annotations
 
@@ -18,29 +17,9 @@ _PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"
 
 
 def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> bytes:
-    """The raw MIME message (RFC 5322 / RFC 2045), built with the standard
-    library's `email` package, CRLF line endings.
-
-    Structure: the text and/or html body (``multipart/alternative`` when both),
-    inside ``multipart/mixed`` with the attachments when there are any. Bodies
-    are UTF-8, base64 transfer-encoded, so they arrive byte for byte and no
-    line exceeds the 1,000 characters SES allows (RFC 5321). Non-ASCII display
-    names, subjects and header values become RFC 2047 encoded words. Bcc is
-    never written into the headers (SES takes it from the Destination).
-
-    Args:
-        m: a validated payload.
-        sender: canonical From mailbox (the payload's, else the configured default).
-        date: RFC 5322 date; now (UTC) when omitted.
-
-    Raises:
-        InvalidMessageError: the `email` package could not write a part; `.field`
-            names it (``from``, ``to``, ``subject``, ``headers``, ``html/text``,
-            ``attachments[i]``, or ``message`` for the final serialisation) and the
-            problem gives only the exception type, never a value. Any exception the
-            package raises (IndexError, TypeError, UnicodeError, `email.errors.*`, …)
-            becomes this one.
-    """
+    """Bodies are base64 so they arrive byte for byte and no line exceeds the 1,000 characters SES
+    allows; Bcc is left out (SES takes it from the Destination). A part the `email` package cannot
+    write is an `InvalidMessageError` naming its field and only the exception's type."""
     msg = EmailMessage(policy=MIME_POLICY)
     with field_errors("from"):
         msg["From"] = sender
@@ -74,9 +53,7 @@ def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> byte
 
 @contextlib.contextmanager
 def field_errors(field: str, what: str = "cannot be written as MIME") -> Iterator[None]:
-    """Context manager: any exception inside (other than `InvalidMessageError`)
-    becomes `InvalidMessageError(field, "<what> (<exception type>)")`, naming the
-    exception type only (the values may be personal data)."""
+    """Any exception inside becomes `InvalidMessageError(field)` naming its type only (values may be personal)."""
     try:
         yield
     except InvalidMessageError:
@@ -86,8 +63,6 @@ def field_errors(field: str, what: str = "cannot be written as MIME") -> Iterato
 
 
 def check_size(m: EmailPayload) -> None:
-    """Refuse an email whose MIME message, attachments base64-encoded, exceeds
-    `MAX_MESSAGE_BYTES`; `InvalidMessageError` names the field that made it too large."""
     size = len(build_mime(m, sender=m.sender or _PLACEHOLDER_SENDER))
     if size > MAX_MESSAGE_BYTES:
         raise InvalidMessageError(size_field(m), f"the message is {size} bytes as MIME; SES v2 accepts at most "
@@ -95,5 +70,4 @@ def check_size(m: EmailPayload) -> None:
 
 
 def size_field(m: EmailPayload) -> str:
-    """The field that makes a message too large: its attachments, else its bodies."""
     return "attachments" if m.attachments else "html/text"

@@ -1,45 +1,6 @@
-"""Transactional email: the stored payload and its validation.
-
-An email is an outbox row with channel ``ses``, type ``email``, destination
-its configuration set (or ``ses``) and this JSON payload (keys omitted when empty)::
-
-    {"from": "Shop <noreply@shop.example>",            # optional: OUTBOX_SES_FROM when absent
-     "to": ["박지우 <jiwoo@example.com>"], "cc": [...], "bcc": [...], "reply_to": [...],
-     "subject": "주문 확인 🎉", "text": "…", "html": "<p>…</p>",
-     "headers": {"List-Unsubscribe": "<https://shop.example/u/1>"},
-     "tags": {"campaign": "welcome"},                   # SES message tags
-     "configuration_set": "transactional",              # optional: OUTBOX_SES_CONFIGURATION_SET
-     "attachments": [{"filename": "receipt.pdf", "content_type": "application/pdf",
-                      "content_base64": "JVBERi0x…"}]}   # standard base64 (RFC 4648 §4)
-
-The same model validates at enqueue (nothing written when invalid; the error
-names the field) and again when the relay reads the row, so a payload written
-by hand into the table that breaks a rule is dead-lettered, never sent.
-
-Rules and where they come from:
-- addresses: one mailbox each, parsed by the standard library's RFC 5322
-  parser (`email.headerregistry`) and checked by `email-validator`; the local
-  part must be ASCII (SES does not accept SMTPUTF8 addresses), an
-  internationalised domain is stored in its ASCII (punycode) form;
-- at least one and at most 50 recipients across to, cc and bcc ("Service
-  quotas in Amazon SES": recipients per message);
-- html or text present; subject present; no CR, LF or NUL where they could
-  inject a header or break PostgreSQL text;
-- custom headers: at most 15, names printable ASCII without a colon (RFC 5322
-  field-name) of at most 126 characters, values at most 995 characters once
-  encoded (SES API v2 reference, "MessageHeader"), and each value must parse
-  as that header in the standard library's `email` package with no defect
-  recorded (an address header such as ``Resent-To`` must hold addresses);
-  headers this library writes itself (From, To, Subject, …), MIME-Version,
-  every Content-* header (the MIME structure is ours) and X-SES-* are refused;
-- tags: names and values of 1–256 ASCII letters, digits, `_` or `-` (SES API
-  v2 reference, "MessageTag"); the name `outbox-message-id` is reserved;
-- configuration set: 1–64 ASCII letters, digits, `_` or `-` (SES API v2
-  reference, "CreateConfigurationSet");
-- size: the MIME message, attachments included and base64-encoded, at most
-  40,000,000 bytes ("Service quotas in Amazon SES": SES v2 API maximum
-  message size, 40 MB after base64 encoding).
-"""
+"""An email as stored (keys omitted when empty; docs/channels.md, "The stored payload") and its rules
+("Validation rules"): the same model validates at enqueue and again when the relay reads the row, so
+a payload written by hand that breaks a rule is dead-lettered, never sent."""
 
 from __future__ import annotations
 
@@ -85,8 +46,6 @@ _RESERVED_HEADER_PREFIX = "content-"
 
 
 class EmailPayload(BaseModel):
-    """The stored email payload (see the module docstring for the JSON shape)."""
-
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     sender: str | None = Field(default=None, alias="from")
@@ -214,19 +173,16 @@ class EmailPayload(BaseModel):
             raise ValueError(f"at most {MAX_ATTACHMENTS} attachments")
         return v
 
-    # -- derived ---------------------------------------------------------------------------------
     @property
     def recipients(self) -> tuple[str, ...]:
         return self.to + self.cc + self.bcc
 
     def to_json(self) -> str:
-        """The payload as stored: JSON text, keys by alias, empty fields left out."""
         return self.model_dump_json(by_alias=True, exclude_none=True, exclude_defaults=True)
 
 
 def check_message(m: EmailPayload) -> None:
-    """Rules across fields: recipients and body (the MIME size is `mime.check_size`).
-    Raises `InvalidMessageError`."""
+    """Rules across fields (the MIME size is `mime.check_size`)."""
     n = len(m.recipients)
     if n == 0:
         raise InvalidMessageError("to", "at least one recipient is required in to, cc or bcc")
@@ -238,8 +194,6 @@ def check_message(m: EmailPayload) -> None:
 
 
 def validate_payload(data: Mapping[str, Any]) -> EmailPayload:
-    """Validate an email given as Python values (field names or aliases).
-    Raises `InvalidMessageError` naming the field, e.g. ``to[1]`` or ``headers``."""
     try:
         m = EmailPayload.model_validate(data)
     except ValidationError as exc:
@@ -251,10 +205,8 @@ def validate_payload(data: Mapping[str, Any]) -> EmailPayload:
 
 
 def load_payload(payload_json: str) -> EmailPayload:
-    """Parse and validate a stored payload (JSON text), as the relay does before
-    sending. Raises `InvalidMessageError` whose text names the field and the kind
-    of problem but never echoes the stored values. The size rule is left to the
-    publisher, which measures the raw message it builds anyway."""
+    """A stored payload, as the relay reads it: errors never echo the stored values, and the size rule is
+    left to the publisher, which measures the raw message it builds anyway."""
     try:
         m = EmailPayload.model_validate_json(payload_json)
     except ValidationError as exc:

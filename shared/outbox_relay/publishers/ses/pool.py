@@ -1,6 +1,5 @@
-"""One batch's paced, concurrent ``SendEmail`` calls, recorded in small groups (a crash
-re-sends at most one group and what was in flight); a key's messages go one at a time.
-Threads only send and classify; the calling thread records."""
+"""One batch's paced, concurrent ``SendEmail`` calls, recorded in small groups (a crash re-sends at
+most one group and what was in flight); threads only send and classify, the caller records."""
 
 from __future__ import annotations
 
@@ -59,7 +58,6 @@ class SendSettings:
 
 
 class SendBatch:
-    """One batch through the pool: call `run()` once."""
 
     def __init__(self, client: Any, settings: SendSettings, limiter: SendRateLimiter, deadline: Deadline,
                  record: RecordResults, clock: Callable[[], float] = time.monotonic) -> None:
@@ -146,7 +144,7 @@ class SendBatch:
         return rest
 
     def run(self, messages: Sequence[ClaimedMessage], prepare: Prepare) -> None:
-        """Send `messages` in order; any exception leaves only after what completed is recorded."""
+        """Any exception leaves only after what completed is recorded."""
         in_flight: set[Future] = set()
         self._ready.extend(messages)
         for m in messages:
@@ -183,7 +181,7 @@ class SendBatch:
                 while in_flight:
                     in_flight = self.wait_some(in_flight)
             except BaseException:
-                # Every send in flight ends within the client's timeouts (client.ses_timeouts).
+                # Every send in flight ends within the client's timeouts (aws_client.call_timeouts).
                 self.stop.set()
                 try:
                     done, _ = wait(in_flight)
@@ -248,12 +246,11 @@ class SendBatch:
                                   error=f"ses: unexpected error preparing the send ({type(exc).__name__})")
 
     def _settles(self, p: Prepared) -> bool:
-        """Feedback is on and the send goes through the configuration set whose events it reads."""
         return self.settings.settle_seconds is not None and (
             p.own_configuration_set is None or p.own_configuration_set == self.settings.default_configuration_set)
 
     def send(self, p: Prepared) -> Attempt:
-        """Worker thread: wait for the paced slot, send, classify. Never raises."""
+        """Worker thread: never raises."""
         try:
             if not self.limiter.acquire(p.cost, seconds_left=self.deadline.seconds_left, wait=self.stop.wait):
                 return Attempt(p.seq, Verdict.NOT_STARTED)

@@ -1,6 +1,5 @@
-"""Amazon SES v2 publisher: a ``GetAccount`` gate, then ``SendEmail`` paced by MaxSendRate
-across an invocation's batches, at each poller's share of it so overlapping pollers
-never exceed it together."""
+"""Amazon SES v2 publisher: ``SendEmail`` paced by MaxSendRate, each poller at its share of it so
+overlapping pollers never exceed it together."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from ..aws_client import GATE_INTERVAL_SECONDS, client_for
 from ..base import Deadline, Publisher, RecordResults
 from ..registry import Channel
 from .addresses import address_of, parse_address
-from .client import supports_simple_headers
 from .payload import EmailPayload, load_payload
 from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
 from .rate import RATE_HEADROOM, SendRateLimiter
@@ -27,10 +25,16 @@ FALLBACK_SEND_RATE = 1.0
 _CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def supports_simple_headers(client: Any) -> bool:
+    """Whether this botocore knows ``Message.Headers``; older ones send custom headers as raw MIME."""
+    try:
+        return "Headers" in client.meta.service_model.shape_for("Message").members
+    except Exception:
+        return False
+
+
 class SesPublisher(Publisher):
-    """Sends emails through SES v2 ``SendEmail`` (the arguments are the OUTBOX_SES_* settings).
-    `settle_seconds`: with feedback, how long a send whose answer was lost waits for its
-    event (None: transient); `suppression`: a `SuppressionList` checked once per batch."""
+    """The arguments are the OUTBOX_SES_* settings; `settle_seconds` None: no feedback."""
 
     channel = Channel.SES
     pipelined = False
@@ -70,8 +74,6 @@ class SesPublisher(Publisher):
         return 1.0 if self._share is None else self._share()
 
     def gate(self) -> str | None:
-        """``GetAccount``: a reason when sending is disabled, the account shut down or the
-        daily quota used up; reads ``MaxSendRate`` for this invocation."""
         now = self._clock()
         if self._gated_at is not None and now - self._gated_at < GATE_INTERVAL_SECONDS:
             return self._gate_reason
@@ -111,11 +113,9 @@ class SesPublisher(Publisher):
         return None
 
     def send_rate(self) -> float:
-        """Recipients per second (MaxSendRate, capped); before the gate: the cap or the sandbox's 1."""
         return self._rate or self.max_send_rate or FALLBACK_SEND_RATE
 
     def claim_limit(self, batch_size: int, seconds_available: float) -> int:
-        """What the paced rate sends in the time available, within the daily quota left."""
         if seconds_available <= 0:
             return 0
         n = int(self.send_rate() / (1.0 + RATE_HEADROOM) * seconds_available)
@@ -137,8 +137,7 @@ class SesPublisher(Publisher):
 
     def suppressing(self, messages: Sequence[ClaimedMessage]) -> Callable[[ClaimedMessage],
                                                                          Prepared | DeliveryResult | None]:
-        """`prepare` for this batch, all recipients checked against the suppression list in one
-        statement: a suppressed one dead-letters its message, the error naming the field."""
+        """`prepare`, the batch's recipients checked against the suppression list in one statement."""
         payloads: dict[int, EmailPayload] = {}
         for m in messages:
             try:
@@ -166,7 +165,6 @@ class SesPublisher(Publisher):
 
 
 def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublisher:
-    """The SES publisher for `settings` (OUTBOX_SES_*), with a new client unless one is given."""
     client = client_for(settings, client, "sesv2", "SES", settings.ses_max_concurrency)
     default_sender = None
     if settings.ses_from:

@@ -14,12 +14,9 @@ CATCH_UP_SECONDS = 0.25
 
 
 class SendRateLimiter:
-    """A token bucket refilled at `rate / (1 + headroom)` (the GCRA form: one timestamp,
-    no timer thread), guarded by a sliding window that never grants more than `rate`
-    within `1 + headroom` seconds, so catching up after a pause never bursts. Grants are
-    just in time: a thread that wakes late sends late. A send costing more than the
-    rate waits for an empty window. `share()` (0..1) scales the rate at each grant.
-    Thread-safe."""
+    """A token bucket refilled at `rate / (1 + headroom)` (GCRA: one timestamp, no timer thread), guarded
+    by a sliding window that never grants more than `rate` within `1 + headroom` seconds, so catching up
+    after a pause never bursts. `share()` (0..1) scales the rate at each grant. Thread-safe."""
 
     def __init__(self, rate_per_second: float, *, headroom: float = RATE_HEADROOM,
                  catch_up: float = CATCH_UP_SECONDS, clock: Callable[[], float] = time.monotonic,

@@ -1,6 +1,5 @@
-"""A claimed email as an SES v2 ``SendEmail`` request (``Simple``, or ``Raw`` MIME with
-attachments or headers this botocore cannot send), tagged ``outbox-message-id`` for
-the feedback; and error texts with the message's addresses taken out."""
+"""A claimed email as a ``SendEmail`` request, tagged ``outbox-message-id`` for the feedback, and
+error texts with the message's addresses taken out."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ class Prepared:
 
 def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configuration_set: str | None,
             simple_headers: bool, payload: EmailPayload | None = None) -> Prepared | DeliveryResult | None:
-    """The request of one message; a PERMANENT result naming the field when its payload is
-    invalid; None without any sender. Anything it raises is a bug of ours."""
+    """The request; a PERMANENT result naming the field of an invalid payload; None without any sender."""
     try:
         loaded = payload if payload is not None else load_payload(m.payload_json)
         return _prepare(m, _traced(loaded, m.headers_json), default_sender,
@@ -96,7 +94,6 @@ def _traced(payload: EmailPayload, headers_json: str | None) -> EmailPayload:
 
 
 def _content_field(field: str) -> Any:
-    """An exception encoding the message's own value becomes its `InvalidMessageError(field)`."""
     return field_errors(field, "cannot be encoded for SES")
 
 
@@ -119,7 +116,7 @@ def mailboxes(payload: EmailPayload, sender: str) -> tuple[tuple[str, str], ...]
 
 
 def redactions(boxes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """(text form, label) pairs for every way an address may appear in an error, longest first."""
+    """(text form, label) for every way an address may appear in an error, longest first."""
     pairs = {(form, f"<{role}>") for role, a in boxes for form in (a, address_of(a), encode_address(a))}
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 

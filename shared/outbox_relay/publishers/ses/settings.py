@@ -25,17 +25,13 @@ class SesSettings(BaseSettings):
     ses_quota_deferral_seconds: float = Field(default=3600.0, ge=60, le=2 * 24 * 3600, allow_inf_nan=False)
     """Deferral when the 24-hour sending quota is used up, seconds."""
     ses_max_send_rate: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
-    """Cap on the account's MaxSendRate from GetAccount, recipients per second (SES counts
-    recipients); the lower one wins."""
+    """Cap on the account's MaxSendRate, recipients per second (SES counts recipients)."""
     ses_feedback: bool = False
-    """OUTBOX_SES_FEEDBACK: OUTBOX_SES_CONFIGURATION_SET has an event destination whose events reach
-    the feedback function (the template sets it): a send whose answer was lost waits for them."""
+    """OUTBOX_SES_FEEDBACK: the configuration set's events reach the feedback function."""
     ses_settle_seconds: float = Field(default=600.0, ge=5, le=24 * 3600, allow_inf_nan=False)
-    """With feedback: how long a send whose answer was lost waits for its SES event before it is
-    sent once more, seconds."""
+    """With feedback: how long a send whose answer was lost waits for its event before it goes again."""
     ses_suppression: bool | None = None
-    """OUTBOX_SES_SUPPRESSION: skip (dead-letter as suppressed) messages to addresses on the
-    suppression list; unset: on exactly when OUTBOX_SES_FEEDBACK is."""
+    """OUTBOX_SES_SUPPRESSION: dead-letter messages to suppressed addresses; unset: with feedback."""
     ses_address_key: str | None = Field(default=None, repr=False)
     """The key of the addresses' keyed hashes (at least 32 characters); or the secret below."""
     ses_address_key_secret_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
@@ -43,18 +39,13 @@ class SesSettings(BaseSettings):
 
     @property
     def ses_suppression_on(self) -> bool:
-        """Whether the relay checks the suppression list (OUTBOX_SES_SUPPRESSION, default: with feedback)."""
         return self.ses_feedback if self.ses_suppression is None else self.ses_suppression
 
 
-#: The SES settings are checked field by field, and when its publisher is built
-#: (`publisher.build_ses_publisher`); the relation below names the key's variable.
 RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SES_FEEDBACK", "OUTBOX_SES_ADDRESS_KEY")
 
 
 def check_settings(s: Any, relayed: bool) -> None:
-    """Feedback comes through a configuration set; an SES relay that checks the
-    suppression list needs the addresses' key."""
     if relayed and s.ses_feedback and not s.ses_configuration_set:
         raise ValueError("OUTBOX_SES_FEEDBACK: needs OUTBOX_SES_CONFIGURATION_SET, the configuration set whose "
                          "event destination reaches the feedback function")
