@@ -7,8 +7,8 @@ from redis.crc import key_slot
 
 from outbox_relay.models import ErrorClass
 from outbox_relay.publishers.redis.message import check_stream_name
-from outbox_relay.publishers.redis.replies import classify_reply_error
 from outbox_relay.publishers.redis.script import dedupe_prefix
+from outbox_relay.publishers.redis.streams import classify_reply_error
 
 names = st.text(min_size=1, max_size=40).filter(lambda s: "{" not in s and "}" not in s)
 
@@ -58,7 +58,7 @@ def test_whole_call_error_replies_keep_their_code(raw, expected):
     """A reply error to the whole script call, as redis-py parses it (code stripped into a class)."""
     from redis._parsers.base import BaseParser
 
-    from outbox_relay.publishers.redis.replies import reply_error_text
+    from outbox_relay.publishers.redis.streams import reply_error_text
 
     exc = BaseParser.parse_error(raw)
     text = reply_error_text(exc)

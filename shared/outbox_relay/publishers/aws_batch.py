@@ -213,24 +213,14 @@ class AwsBatchPublisher(Publisher):
     def _send(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
         """One call, classified per entry; a whole-call refusal that may be one entry's
         fault is retried one entry at a time, so a bad entry fails only itself."""
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            NoCredentialsError,
-            NoRegionError,
-            ParamValidationError,
-            PartialCredentialsError,
-        )
+        from botocore import exceptions as bx
 
         if deadline.passed():
             return CallResult()
         own = entries[0].own_destination
         try:
             answers = self.call(destination, entries)
-        except ClientError as exc:
+        except bx.ClientError as exc:
             err = exc.response.get("Error") or {}
             code = str(err.get("Code") or "Unknown")
             status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
@@ -246,18 +236,18 @@ class AwsBatchPublisher(Publisher):
             if c.error_class is ErrorClass.PERMANENT and len(entries) > 1:
                 return self._one_by_one(destination, entries, deadline)
             return CallResult([self._failed(e, c.error_class, code) for e in entries])
-        except ParamValidationError:
+        except bx.ParamValidationError:
             if len(entries) > 1:
                 return self._one_by_one(destination, entries, deadline)
             return CallResult([self._failed(entries[0], ErrorClass.PERMANENT, "ParamValidationError")])
-        except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
+        except (bx.NoCredentialsError, bx.PartialCredentialsError, bx.NoRegionError) as exc:
             return CallResult(stop=f"{self.service}: {type(exc).__name__}")
-        except (EndpointConnectionError, ConnectTimeoutError) as exc:
+        except (bx.EndpointConnectionError, bx.ConnectTimeoutError) as exc:
             # Not connected: nothing was sent; the service is unavailable, not the messages bad.
             return CallResult(unavailable=f"{self.service} unavailable ({type(exc).__name__})")
         except Exception as exc:  # noqa: BLE001 (a reply we could not read, a bug): nobody's verdict
             # Sent, no answer (or none we could read): it may have arrived; retried, the id dedupes.
-            if not isinstance(exc, (BotoCoreError, ConnectionClosedError, OSError)):
+            if not isinstance(exc, (bx.BotoCoreError, bx.ConnectionClosedError, OSError)):
                 log.exception(f"{self.service} call failed unexpectedly", extra={"error_type": type(exc).__name__})
             return CallResult([self._failed(e, ErrorClass.TRANSIENT, type(exc).__name__) for e in entries])
         out = CallResult()

@@ -61,18 +61,10 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     return row
 
 
-def enqueue_eventbridge(
-    conn: Any,
-    *,
-    type: str,
-    payload: Mapping[str, Any],
-    source: str | None = None,
-    bus: str | None = None,
-    key: str | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
+def enqueue_eventbridge(conn: Any, *, type: str, payload: Mapping[str, Any], source: str | None = None,
+                        bus: str | None = None, key: str | None = None,
+                        message_id: uuid.UUID | str | None = None, deliver_at: datetime | None = None,
+                        max_attempts: int | None = None) -> uuid.UUID:
     """Write an event for EventBridge in the caller's transaction; returns its id. `type` is its
     detail-type, `payload` (an object) its detail, to which the relay adds `outbox-message-id`;
     at most 256 KiB with the rest. `source` (not ``aws.``) and `bus` (name or ARN, which the

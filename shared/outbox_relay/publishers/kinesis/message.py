@@ -32,17 +32,9 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     return traced_row(_row, fields, now, context)
 
 
-def enqueue_kinesis(
-    conn: Any,
-    *,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
+def enqueue_kinesis(conn: Any, *, type: str, payload: Any, key: str | None = None,
+                    headers: Mapping[str, str] | None = None, message_id: uuid.UUID | str | None = None,
+                    deliver_at: datetime | None = None, max_attempts: int | None = None) -> uuid.UUID:
     """Write a record for the Kinesis relay's stream in the caller's transaction; returns its id.
     The record's data carries the id (the consumer's dedupe key), type, key, headers and payload;
     the key is its partition key (one shard, in order), else the id. At most 1 MiB with the

@@ -51,18 +51,9 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     return row_of(m, "redis", m.stream, payload_text(m.payload, MAX_EVENT_PAYLOAD_BYTES))
 
 
-def enqueue_event(
-    conn: Any,
-    *,
-    stream: str,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> uuid.UUID:
+def enqueue_event(conn: Any, *, stream: str, type: str, payload: Any, key: str | None = None,
+                  message_id: uuid.UUID | str | None = None, deliver_at: datetime | None = None,
+                  max_attempts: int | None = None, headers: Mapping[str, str] | None = None) -> uuid.UUID:
     """Write a domain event for the Redis Stream `stream` in `conn`'s transaction (a SQLAlchemy
     `Connection` or `Session`); returns its id. `payload`: any JSON value, at most 256 KiB;
     `key`: an ordering key; `message_id`: the idempotency key (the same id again writes nothing),

@@ -10,6 +10,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
+import redis
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -20,7 +21,6 @@ from ..base import Deadline, Publisher, RecordResults
 from ..registry import Channel
 from .entries import cloudevent_fields, plain_fields
 from .metrics import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
-from .replies import classify_reply_error, reply_error_text
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
 from .settings import RedisFormat, RedisOnFull, RedisTrim
 
@@ -28,6 +28,16 @@ from .settings import RedisFormat, RedisOnFull, RedisTrim
 NODE_THREADS = 16
 STREAM_AT_BOUND = ("redis: not attempted: the stream is at OUTBOX_REDIS_MAXLEN and a consumer group has not "
                    "acknowledged the entries trimming would remove")
+
+# Error replies that mean "Redis cannot take writes now", not "this message is bad".
+_UNAVAILABLE_PREFIXES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS",
+                         "MOVED", "ASK")
+# Exception classes whose reply code redis-py strips (older ones have no `status_code`).
+_CODE_OF_CLASS = tuple((code, getattr(redis.exceptions, name)) for code, name in (
+    ("MOVED", "MovedError"), ("ASK", "AskError"), ("OOM", "OutOfMemoryError"), ("READONLY", "ReadOnlyError"),
+    ("LOADING", "BusyLoadingError"), ("TRYAGAIN", "TryAgainError"), ("CLUSTERDOWN", "ClusterDownError"),
+    ("MASTERDOWN", "MasterDownError")) if hasattr(redis.exceptions, name))
+_PERMANENT_PREFIXES = ("WRONGTYPE",)
 
 
 class RedisStreamsPublisher(Publisher):
@@ -316,3 +326,23 @@ def _is_cluster(client: Any) -> bool:
     from .client import ClusterOnFirstUse
 
     return isinstance(client, (RedisCluster, ClusterOnFirstUse))
+
+
+def classify_reply_error(text: str) -> ErrorClass:
+    upper = text.lstrip().upper()
+    if upper.startswith(_PERMANENT_PREFIXES):
+        return ErrorClass.PERMANENT
+    if upper.startswith(_UNAVAILABLE_PREFIXES):
+        return ErrorClass.DOWNSTREAM_UNAVAILABLE
+    return ErrorClass.TRANSIENT
+
+
+def reply_error_text(exc: Exception) -> str:
+    """The error reply as Redis sent it, with the code redis-py strips put back first."""
+    text = str(exc)
+    code = getattr(exc, "status_code", None)
+    if not code:
+        code = next((c for c, cls in _CODE_OF_CLASS if isinstance(exc, cls)), None)
+    if code and not text.upper().startswith(code):
+        return f"{code} {text}"
+    return text

@@ -75,15 +75,9 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
                        own_configuration_set: str | None = None, default_sender: str | None = None,
                        default_configuration_set: str | None = None) -> tuple[Classification, str]:
     """What ``SendEmail`` raised, classified, with the code (or exception type) for the error text."""
-    from botocore.exceptions import (
-        ClientError,
-        NoCredentialsError,
-        NoRegionError,
-        ParamValidationError,
-        PartialCredentialsError,
-    )
+    from botocore import exceptions as bx
 
-    if isinstance(exc, ClientError):
+    if isinstance(exc, bx.ClientError):
         err = exc.response.get("Error", {}) or {}
         code = str(err.get("Code") or "Unknown")
         status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
@@ -93,9 +87,9 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
         if c.error_class is ErrorClass.TRANSIENT and (status is None or status < 500):
             log.warning("unrecognised SES error code; retrying with backoff", extra={"error_code": code})
         return c, code
-    if isinstance(exc, ParamValidationError):  # refused by the SDK before sending: this message's request
+    if isinstance(exc, bx.ParamValidationError):  # refused by the SDK before sending: this message's request
         return Classification(ErrorClass.PERMANENT, Verdict.MESSAGE), "ParamValidationError"
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError)):
+    if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.NoRegionError)):
         return Classification(ErrorClass.CONFIGURATION, Verdict.STOP), type(exc).__name__
     # Connection refused or reset, timeouts, TLS (BotoCoreError), or anything else: nobody's fault.
     return Classification(ErrorClass.TRANSIENT, Verdict.MESSAGE), type(exc).__name__

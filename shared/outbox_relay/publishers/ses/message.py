@@ -43,26 +43,13 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
                   json.dumps(context, separators=(",", ":")) if context else None)
 
 
-def enqueue_email(
-    conn: Any,
-    *,
-    to: Sequence[str] | str = (),
-    subject: str,
-    html: str | None = None,
-    text: str | None = None,
-    cc: Sequence[str] | str = (),
-    bcc: Sequence[str] | str = (),
-    reply_to: Sequence[str] | str = (),
-    sender: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    tags: Mapping[str, str] | None = None,
-    configuration_set: str | None = None,
-    attachments: Iterable[Any] = (),
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-    key: str | None = None,
-) -> uuid.UUID:
+def enqueue_email(conn: Any, *, to: Sequence[str] | str = (), subject: str, html: str | None = None,
+                  text: str | None = None, cc: Sequence[str] | str = (), bcc: Sequence[str] | str = (),
+                  reply_to: Sequence[str] | str = (), sender: str | None = None,
+                  headers: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
+                  configuration_set: str | None = None, attachments: Iterable[Any] = (),
+                  message_id: uuid.UUID | str | None = None, deliver_at: datetime | None = None,
+                  max_attempts: int | None = None, key: str | None = None) -> uuid.UUID:
     """Write a transactional email in the caller's transaction; returns its id (also the SES tag
     ``outbox-message-id``). `to`, `cc`, `bcc`: 1-50 mailboxes in all (``Name <a@example.com>``; a
     string is a list of one); `sender`: a verified identity, else OUTBOX_SES_FROM; at least one of

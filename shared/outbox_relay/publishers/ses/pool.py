@@ -58,7 +58,6 @@ class SendSettings:
 
 
 class SendBatch:
-
     def __init__(self, client: Any, settings: SendSettings, limiter: SendRateLimiter, deadline: Deadline,
                  record: RecordResults, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client

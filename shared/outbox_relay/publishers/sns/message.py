@@ -15,17 +15,9 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     return attributed_row("sns", fields, now, context)
 
 
-def enqueue_sns(
-    conn: Any,
-    *,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
+def enqueue_sns(conn: Any, *, type: str, payload: Any, key: str | None = None,
+                headers: Mapping[str, str] | None = None, message_id: uuid.UUID | str | None = None,
+                deliver_at: datetime | None = None, max_attempts: int | None = None) -> uuid.UUID:
     """Write a message for the SNS relay's topic in the caller's transaction; returns its id.
     As `enqueue_sqs`, the payload being the SNS ``Message``."""
     return enqueue(conn, channel="sns", type=type, payload=payload, key=key, headers=headers,

@@ -27,17 +27,9 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     return attributed_row("sqs", fields, now, context, check_sqs_text)
 
 
-def enqueue_sqs(
-    conn: Any,
-    *,
-    type: str,
-    payload: Any,
-    key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    message_id: uuid.UUID | str | None = None,
-    deliver_at: datetime | None = None,
-    max_attempts: int | None = None,
-) -> uuid.UUID:
+def enqueue_sqs(conn: Any, *, type: str, payload: Any, key: str | None = None,
+                headers: Mapping[str, str] | None = None, message_id: uuid.UUID | str | None = None,
+                deliver_at: datetime | None = None, max_attempts: int | None = None) -> uuid.UUID:
     """Write a message for the SQS relay's queue in the caller's transaction; returns its id.
     The payload (JSON, XML characters only) is the body; the id, type and key are the
     `outbox-message-id`, `outbox-type` and `outbox-key` attributes beside at most 7 `headers`,
