@@ -38,14 +38,11 @@ class EventBridgeSettings(BaseSettings):
     """Amazon EventBridge: the bus and source of events that name none, and how many calls run at once."""
 
     aws_endpoint_url_eventbridge: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
-    """AWS_ENDPOINT_URL_EVENTBRIDGE: the SDK's endpoint for the service (a local one: moto)."""
-
     eventbridge_bus: Bus = "default"
     """OUTBOX_EVENTBRIDGE_BUS: the event bus (name or ARN) of events that name none."""
     eventbridge_source: Source = "outbox.relay"
     """OUTBOX_EVENTBRIDGE_SOURCE: the source of events that name none."""
     eventbridge_max_concurrency: int = Field(default=4, ge=1, le=32)
-    """OUTBOX_EVENTBRIDGE_MAX_CONCURRENCY: PutEvents calls in flight at once."""
 
 
 RELATION_VARIABLES: tuple[str, ...] = ()

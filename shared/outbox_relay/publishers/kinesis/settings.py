@@ -20,12 +20,9 @@ class KinesisSettings(BaseSettings):
     """Amazon Kinesis Data Streams: the one stream this relay puts records on, and how many calls run at once."""
 
     aws_endpoint_url_kinesis: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_KINESIS")
-    """AWS_ENDPOINT_URL_KINESIS: the SDK's endpoint for the service (a local one: moto)."""
-
     kinesis_stream: str | None = None
     """OUTBOX_KINESIS_STREAM: the stream's name or ARN."""
     kinesis_max_concurrency: int = Field(default=4, ge=1, le=32)
-    """OUTBOX_KINESIS_MAX_CONCURRENCY: PutRecords calls in flight at once."""
 
 
 RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_KINESIS_STREAM",)

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import posixpath
 from email import policy as email_policy
+from importlib import resources
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .addresses import CONTROL_RE
-from .content_types import guess_content_type
+
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+#: Extension (lower-case ASCII, no dot) -> content type, by a table of ours: the same guess on every machine.
+CONTENT_TYPES: dict[str, str] = dict(
+    line.split() for line in resources.files(__package__).joinpath("content_types.txt").read_text("utf-8").splitlines()
+    if line and not line.startswith("#"))
+
+
+def guess_content_type(filename: str) -> str:
+    extension = posixpath.splitext(filename)[1][1:]
+    if not extension.isascii():  # str.lower() folds some non-ASCII letters to ASCII ones (K, the Kelvin sign)
+        return DEFAULT_CONTENT_TYPE
+    return CONTENT_TYPES.get(extension.lower(), DEFAULT_CONTENT_TYPE)
 
 
 def as_attachment(item: Any) -> Any:

@@ -14,8 +14,6 @@ class SesSettings(BaseSettings):
     """Amazon SES: the default sender, the configuration set, and the pace."""
 
     aws_endpoint_url_sesv2: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
-    """AWS_ENDPOINT_URL_SESV2: the SDK's endpoint for the service (a local one: moto)."""
-
     ses_from: str | None = None
     """Default sender (`From`) when a message names none; must be a verified identity."""
     ses_configuration_set: str | None = None

@@ -18,12 +18,9 @@ class SnsSettings(BaseSettings):
     """Amazon SNS: the one topic this relay publishes to, and how many calls run at once."""
 
     aws_endpoint_url_sns: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
-    """AWS_ENDPOINT_URL_SNS: the SDK's endpoint for the service (a local one: moto)."""
-
     sns_topic_arn: str | None = None
     """OUTBOX_SNS_TOPIC_ARN: the topic's ARN; a name ending in `.fifo` is a FIFO topic."""
     sns_max_concurrency: int = Field(default=4, ge=1, le=32)
-    """OUTBOX_SNS_MAX_CONCURRENCY: PublishBatch calls in flight at once."""
 
 
 RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SNS_TOPIC_ARN",)

@@ -20,12 +20,9 @@ class SqsSettings(BaseSettings):
     """Amazon SQS: the one queue this relay sends to, and how many calls run at once."""
 
     aws_endpoint_url_sqs: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
-    """AWS_ENDPOINT_URL_SQS: the SDK's endpoint for the service (a local one: moto)."""
-
     sqs_queue_url: str | None = None
     """OUTBOX_SQS_QUEUE_URL: the queue's URL; a name ending in `.fifo` is a FIFO queue."""
     sqs_max_concurrency: int = Field(default=4, ge=1, le=32)
-    """OUTBOX_SQS_MAX_CONCURRENCY: SendMessageBatch calls in flight at once."""
 
 
 RELATION_VARIABLES: tuple[str, ...] = ("OUTBOX_SQS_QUEUE_URL",)
