@@ -142,7 +142,6 @@ class AwsBatchPublisher(Publisher):
                                     "in this batch")
 
     def _calls(self, entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
-        """The round's entries as calls per destination within the per-call limits, in seq order."""
         calls: list[tuple[str, list[Entry]]] = []
         open_: dict[str, tuple[list[Entry], list[int]]] = {}
         for e in entries:

@@ -1,5 +1,4 @@
-"""A claimed message as an AWS batch request entry, and a batch reply as per-entry
-answers: what SQS's and SNS's batch calls share."""
+"""A claimed message as an AWS batch request entry, and a batch reply as per-entry answers."""
 
 from __future__ import annotations
 
@@ -55,7 +54,6 @@ def group_id(key: str) -> str:
 
 
 def batch_answers(reply: Mapping[str, Any], service: str) -> Answers:
-    """SQS's and SNS's reply; the ref is the message id (and FIFO sequence number)."""
     out: Answers = {}
     for ok in reply.get("Successful") or ():
         ref = f"{service}:{ok['MessageId']}"

@@ -43,7 +43,6 @@ _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 
 
 def attribute_bytes(name: str, value: str) -> int:
-    """The bytes one string attribute counts towards the message size (name, data type, value)."""
     return len(name.encode("utf-8")) + len(STRING) + len(value.encode("utf-8"))
 
 

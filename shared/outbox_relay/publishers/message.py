@@ -119,8 +119,6 @@ MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
 
 
 class Envelope(BaseModel):
-    """What every channel's message carries beside its content."""
-
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: OrderingKey = None

@@ -1,5 +1,4 @@
-"""The Amazon EventBridge channel: settings (`settings`) and the publisher the relay drives
-(`publisher`) on `aws_batch`; `SPEC` is what the registry lists."""
+"""The Amazon EventBridge channel: its settings and publisher on `aws_batch`, listed by its `SPEC`."""
 
 from __future__ import annotations
 

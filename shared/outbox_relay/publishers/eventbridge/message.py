@@ -20,8 +20,6 @@ DETAIL_ID_FIELD = "outbox-message-id"
 
 
 class EventBridgeMessage(Message):
-    """An EventBridge event: the payload is its detail (a JSON object), `type` its detail-type."""
-
     source: Source = None
     bus: Bus = None
 
@@ -34,8 +32,7 @@ def detail_text(payload_json: str, message_id: str) -> str:
 
 
 def entry_size(detail: str, type_: str, source: str | None) -> int:
-    """The bytes an entry counts towards the 256 KiB limit: detail, detail-type, source
-    and the Time field ("Calculating Amazon EventBridge PutEvents event entry size")."""
+    """Detail, detail-type, source and the Time field ("Calculating … PutEvents event entry size")."""
     return len(detail.encode("utf-8")) + len(type_.encode("utf-8")) + 14 + len((source or "").encode("utf-8"))
 
 

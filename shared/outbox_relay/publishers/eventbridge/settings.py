@@ -35,8 +35,6 @@ Bus = Annotated[str | None, Field(min_length=1, max_length=1600), AfterValidator
 
 
 class EventBridgeSettings(BaseSettings):
-    """Amazon EventBridge: the bus and source of events that name none, and how many calls run at once."""
-
     aws_endpoint_url_eventbridge: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_EVENTBRIDGE")
     eventbridge_bus: Bus = "default"
     """OUTBOX_EVENTBRIDGE_BUS: the event bus (name or ARN) of events that name none."""

@@ -1,5 +1,4 @@
-"""The Amazon Kinesis Data Streams channel: settings, the record (`records`), its message and the
-publisher on `aws_batch`; `SPEC` is what the registry lists."""
+"""The Amazon Kinesis Data Streams channel: its settings, record, message and publisher on `aws_batch`."""
 
 from __future__ import annotations
 

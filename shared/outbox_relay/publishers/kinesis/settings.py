@@ -17,8 +17,6 @@ _STREAM = re.compile(rf"{_NAME}|arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{{12}}:strea
 
 
 class KinesisSettings(BaseSettings):
-    """Amazon Kinesis Data Streams: the one stream this relay puts records on, and how many calls run at once."""
-
     aws_endpoint_url_kinesis: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_KINESIS")
     kinesis_stream: str | None = None
     """OUTBOX_KINESIS_STREAM: the stream's name or ARN."""

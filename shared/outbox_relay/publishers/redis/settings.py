@@ -38,8 +38,6 @@ _URI_REFERENCE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]{1,512}")
 
 
 class RedisSettings(BaseSettings):
-    """Redis Streams: where, how, and how durable."""
-
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
     """`redis://` or `rediss://` (TLS) URL, with AUTH user/password if any."""
     redis_url_secret_arn: str | None = Field(default=None, validation_alias="REDIS_URL_SECRET_ARN")

@@ -1,7 +1,5 @@
-"""Redis Streams publisher: idempotent XADD through one Lua script (`script`), one
-pipeline per batch (per node in a cluster), WAIT for replicas last in it when asked.
-Layouts, durability, the memory gate, trimming and cluster mode: docs/channels.md.
-"""
+"""Redis Streams publisher: one pipeline of the publish script per batch (per node in a cluster), WAIT
+for replicas last in it when asked (docs/channels.md)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ...errors import DownstreamUnavailable, StopBatch
@@ -36,16 +36,6 @@ class Attempt:
     error: str | None = None
 
 
-@dataclass
-class Tally:
-    sent: int = 0
-    failed: dict[str, int] = field(default_factory=dict)
-    not_started: int = 0
-
-    def fail(self, code: str) -> None:
-        self.failed[code] = self.failed.get(code, 0) + 1
-
-
 @dataclass(frozen=True)
 class SendSettings:
     max_concurrency: int
@@ -72,7 +62,8 @@ class SendBatch:
         self.first_pending_at: float | None = None
         self.reported: set[int] = set()
         self.failure: Exception | None = None
-        self.tally = Tally()
+        self.sent = self.not_started = 0
+        self.failed: Counter[str] = Counter()
         self._absorbed: set[Future] = set()
         self._key_of: dict[int, tuple[str, str]] = {}
         self._busy: set[tuple[str, str]] = set()
@@ -112,12 +103,12 @@ class SendBatch:
     def _absorb(self, attempt: Attempt) -> None:
         self._key_done(attempt.seq, attempt.verdict is Verdict.DELIVERED)
         if attempt.verdict is Verdict.NOT_STARTED:
-            self.tally.not_started += 1
+            self.not_started += 1
             return
         if attempt.verdict is Verdict.DELIVERED:
-            self.tally.sent += 1
+            self.sent += 1
         else:
-            self.tally.fail(attempt.code or "error")
+            self.failed[attempt.code or "error"] += 1
         if attempt.verdict in (Verdict.DELIVERED, Verdict.MESSAGE, Verdict.QUOTA):
             assert attempt.result is not None
             self.add(attempt.result)
@@ -166,8 +157,8 @@ class SendBatch:
                                                   "message names no 'from'"))
                         break
                     if isinstance(prepared, DeliveryResult):
-                        self.tally.fail("Suppressed" if prepared.error_class is ErrorClass.SUPPRESSED
-                                        else "InvalidPayload")
+                        self.failed["Suppressed" if prepared.error_class is ErrorClass.SUPPRESSED
+                                    else "InvalidPayload"] += 1
                         self.add(prepared)
                         self._key_done(m.seq, False)
                         self.flush()
@@ -199,8 +190,8 @@ class SendBatch:
                                             error="ses: not sent: the daily sending quota is used up",
                                             retry_after_seconds=self.settings.quota_deferral_seconds))
         self.flush(force=True)
-        log.info("ses batch done", extra={"sent": self.tally.sent, "failed": self.tally.failed,
-                                          "not_started": self.tally.not_started, "rate_used": self.limiter.rate})
+        log.info("ses batch done", extra={"sent": self.sent, "failed": dict(self.failed),
+                                          "not_started": self.not_started, "rate_used": self.limiter.rate})
         if self.failure is not None:
             raise self.failure
 

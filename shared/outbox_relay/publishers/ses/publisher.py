@@ -174,18 +174,13 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
             raise ConfigurationError("OUTBOX_SES_FROM", str(exc)) from None
     config_set = settings.ses_configuration_set or None
     if config_set is not None and not _CONFIGURATION_SET_RE.fullmatch(config_set):
-        raise ConfigurationError("OUTBOX_SES_CONFIGURATION_SET",
-                                 "must be 1-64 ASCII letters, digits, '_' or '-'")
+        raise ConfigurationError("OUTBOX_SES_CONFIGURATION_SET", "must be 1-64 ASCII letters, digits, '_' or '-'")
     return SesPublisher(
-        client, default_sender=default_sender,
-        default_configuration_set=config_set,
-        max_concurrency=settings.ses_max_concurrency,
-        record_group_size=settings.ses_record_group_size,
-        quota_deferral_seconds=settings.ses_quota_deferral_seconds,
-        max_send_rate=settings.ses_max_send_rate,
+        client, default_sender=default_sender, default_configuration_set=config_set,
+        max_concurrency=settings.ses_max_concurrency, record_group_size=settings.ses_record_group_size,
+        quota_deferral_seconds=settings.ses_quota_deferral_seconds, max_send_rate=settings.ses_max_send_rate,
         settle_seconds=settings.ses_settle_seconds if settings.ses_feedback else None,
-        suppression=suppression_list(settings) if settings.ses_suppression_on else None,
-    )
+        suppression=suppression_list(settings) if settings.ses_suppression_on else None)
 
 
 def suppression_list(settings: Any) -> Any:

@@ -11,8 +11,6 @@ from ...urls import EndpointUrl
 
 
 class SesSettings(BaseSettings):
-    """Amazon SES: the default sender, the configuration set, and the pace."""
-
     aws_endpoint_url_sesv2: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SESV2")
     ses_from: str | None = None
     """Default sender (`From`) when a message names none; must be a verified identity."""

@@ -1,5 +1,4 @@
-"""Amazon SNS publisher: ``PublishBatch`` to one topic, standard or FIFO
-(docs/channels.md, "SNS"; the entry is `aws_entries.attributed_entry`)."""
+"""Amazon SNS publisher: ``PublishBatch`` to one topic, standard or FIFO (docs/channels.md, "SNS")."""
 
 from __future__ import annotations
 

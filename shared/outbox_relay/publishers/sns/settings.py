@@ -15,8 +15,6 @@ _TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:(?:[A-Za-z0-9_-]{
 
 
 class SnsSettings(BaseSettings):
-    """Amazon SNS: the one topic this relay publishes to, and how many calls run at once."""
-
     aws_endpoint_url_sns: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SNS")
     sns_topic_arn: str | None = None
     """OUTBOX_SNS_TOPIC_ARN: the topic's ARN; a name ending in `.fifo` is a FIFO topic."""

@@ -1,5 +1,4 @@
-"""Amazon SQS publisher: ``SendMessageBatch`` to one queue, standard or FIFO
-(docs/channels.md, "SQS"; the entry is `aws_entries.attributed_entry`)."""
+"""Amazon SQS publisher: ``SendMessageBatch`` to one queue, standard or FIFO (docs/channels.md, "SQS")."""
 
 from __future__ import annotations
 

@@ -17,8 +17,6 @@ _QUEUE_URL = re.compile(rf"https?://[^/\s]+/[^/\s]+/{_NAME}")
 
 
 class SqsSettings(BaseSettings):
-    """Amazon SQS: the one queue this relay sends to, and how many calls run at once."""
-
     aws_endpoint_url_sqs: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL_SQS")
     sqs_queue_url: str | None = None
     """OUTBOX_SQS_QUEUE_URL: the queue's URL; a name ending in `.fifo` is a FIFO queue."""
