@@ -57,7 +57,7 @@ TABLE = [
 
 @pytest.mark.parametrize("code, message, status, own_sender, own_set, error_class, verdict", TABLE)
 def test_error_classification_table(code, message, status, own_sender, own_set, error_class, verdict):
-    c = classify_client_error(code, message, status, own_sender=own_sender, own_configuration_set=own_set,
+    c = classify_client_error(code, message, own_sender=own_sender, own_configuration_set=own_set,
                               default_sender=SENDER, default_configuration_set="transactional")
     assert (c.error_class, c.verdict) == (error_class, verdict)
 

@@ -49,7 +49,7 @@ class AwsBatchPublisher(Publisher):
         """The request entry of `m`, or the (permanent) result of a message that cannot be sent."""
         raise NotImplementedError
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+    def call(self, entries: Sequence[Entry]) -> Answers:
         raise NotImplementedError
 
     def probe(self) -> None:
@@ -156,8 +156,7 @@ class AwsBatchPublisher(Publisher):
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
-                                            thread_name_prefix=f"{self.service}-call")
+            self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix=f"{self.service}-call")
         return self._pool
 
     def _run_round(self, entries: list[Entry], deadline: Deadline, record: RecordResults,
@@ -184,8 +183,7 @@ class AwsBatchPublisher(Publisher):
                 i += 1
             if not running:
                 break
-            wait_at_most = (max(0.0, RECORD_INTERVAL_SECONDS - (self._clock() - first_done)) if unrecorded
-                            else None)
+            wait_at_most = max(0.0, RECORD_INTERVAL_SECONDS - (self._clock() - first_done)) if unrecorded else None
             done, running = wait(running, timeout=wait_at_most, return_when=FIRST_COMPLETED)
             for f in done:
                 result = f.result()
@@ -218,7 +216,7 @@ class AwsBatchPublisher(Publisher):
             return CallResult()
         own = entries[0].own_destination
         try:
-            answers = self.call(destination, entries)
+            answers = self.call(entries)
         except bx.ClientError as exc:
             err = exc.response.get("Error") or {}
             code = str(err.get("Code") or "Unknown")

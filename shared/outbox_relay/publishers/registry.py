@@ -7,8 +7,7 @@ import enum
 from . import eventbridge, kinesis, redis, ses, sns, sqs
 from .spec import ChannelSpec
 
-CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC,
-                                         kinesis.SPEC)
+CHANNELS: tuple[ChannelSpec, ...] = (redis.SPEC, ses.SPEC, sqs.SPEC, sns.SPEC, eventbridge.SPEC, kinesis.SPEC)
 
 #: One member per channel (`REDIS = "redis"`): what OUTBOX_CHANNEL and the `channel` column hold.
 Channel = enum.Enum("Channel", [(spec.name.upper(), spec.name) for spec in CHANNELS], type=str)  # type: ignore[misc]

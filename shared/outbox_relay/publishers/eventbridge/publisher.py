@@ -66,7 +66,7 @@ class EventBridgePublisher(AwsBatchPublisher):
         return Entry(m, request, size, destination=bus, own_destination=own,
                      chosen=CHOSEN_SOURCE_CODES if chosen_source else frozenset())
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+    def call(self, entries: Sequence[Entry]) -> Answers:
         reply = self.client.put_events(Entries=[e.request for e in entries])
         return positional_answers(entries, reply.get("Entries") or (),
                                   lambda a: a.get("EventId") and f"eventbridge:{a['EventId']}")

@@ -54,7 +54,7 @@ class KinesisPublisher(AwsBatchPublisher):
                                         f"{MAX_RECORD_BYTES}")
         return Entry(m, {"Data": data.encode("utf-8"), "PartitionKey": partition}, size)
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+    def call(self, entries: Sequence[Entry]) -> Answers:
         reply = self.client.put_records(Records=[e.request for e in entries], **self.stream)
         return positional_answers(entries, reply.get("Records") or (), lambda a: a.get("SequenceNumber") and
                                   f"kinesis:{a.get('ShardId')}:{a['SequenceNumber']}")

@@ -10,8 +10,7 @@ from ...models import ErrorClass
 from ...observability import logger as log
 from ..aws_client import CREDENTIAL_CODES
 
-_THROTTLE_CODES = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling",
-                             "ThrottlingException"})
+_THROTTLE_CODES = frozenset({"TooManyRequestsException", "LimitExceededException", "Throttling", "ThrottlingException"})
 _MESSAGE_CODES = frozenset({"MessageRejected", "MailFromDomainNotVerifiedException", "NotFoundException",
                             "BadRequestException", "InvalidParameterValue", "ValidationException"})
 
@@ -31,7 +30,7 @@ class Classification:
     verdict: Verdict
 
 
-def classify_client_error(code: str, message: str, status: int | None, *, own_sender: str | None = None,
+def classify_client_error(code: str, message: str, *, own_sender: str | None = None,
                           own_configuration_set: str | None = None, default_sender: str | None = None,
                           default_configuration_set: str | None = None) -> Classification:
     """`own_*`: what the message chose itself (None: the default); the text tells the daily quota from
@@ -81,7 +80,7 @@ def classify_exception(exc: BaseException, *, own_sender: str | None = None,
         err = exc.response.get("Error", {}) or {}
         code = str(err.get("Code") or "Unknown")
         status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-        c = classify_client_error(code, str(err.get("Message") or ""), status, own_sender=own_sender,
+        c = classify_client_error(code, str(err.get("Message") or ""), own_sender=own_sender,
                                   own_configuration_set=own_configuration_set, default_sender=default_sender,
                                   default_configuration_set=default_configuration_set)
         if c.error_class is ErrorClass.TRANSIENT and (status is None or status < 500):

@@ -260,8 +260,7 @@ class SendBatch:
                     # SES may have it: its event settles it, else it is sent once more after the window.
                     error_class, retry_after = ErrorClass.AMBIGUOUS, self.settings.settle_seconds
                     text = f"ses {code}: the answer was lost; waiting for SES feedback"
-                result = DeliveryResult(p.seq, error_class=error_class, error=text,
-                                        retry_after_seconds=retry_after)
+                result = DeliveryResult(p.seq, error_class=error_class, error=text, retry_after_seconds=retry_after)
                 return Attempt(p.seq, c.verdict, result, code, text)
             return Attempt(p.seq, Verdict.DELIVERED, DeliveryResult(p.seq, delivery_ref=response["MessageId"]))
         except Exception as exc:  # a bug of ours: retry the message later, keep the batch going

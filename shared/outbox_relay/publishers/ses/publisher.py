@@ -144,8 +144,7 @@ class SesPublisher(Publisher):
                 payloads[m.seq] = load_payload(m.payload_json)
             except InvalidMessageError:
                 continue
-        reasons = self.suppression.reasons(
-            address_of(a) for p in payloads.values() for a in (*p.to, *p.cc, *p.bcc))
+        reasons = self.suppression.reasons(address_of(a) for p in payloads.values() for a in (*p.to, *p.cc, *p.bcc))
         suppressed: dict[int, str] = {}
         if reasons:
             for seq, p in payloads.items():

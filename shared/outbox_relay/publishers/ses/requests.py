@@ -34,8 +34,7 @@ def prepare(m: ClaimedMessage, *, default_sender: str | None, default_configurat
     """The request; a PERMANENT result naming the field of an invalid payload; None without any sender."""
     try:
         loaded = payload if payload is not None else load_payload(m.payload_json)
-        return _prepare(m, _traced(loaded, m.headers_json), default_sender,
-                        default_configuration_set, simple_headers)
+        return _prepare(m, _traced(loaded, m.headers_json), default_sender, default_configuration_set, simple_headers)
     except InvalidMessageError as exc:
         return DeliveryResult(m.seq, error_class=ErrorClass.PERMANENT, error=f"ses: {exc}")
 

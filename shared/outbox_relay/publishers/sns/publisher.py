@@ -41,7 +41,7 @@ class SnsPublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         return attributed_entry(m, entry_id, "sns", "Message", self.fifo)
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+    def call(self, entries: Sequence[Entry]) -> Answers:
         reply = self.client.publish_batch(TopicArn=self.topic_arn,
                                           PublishBatchRequestEntries=[e.request for e in entries])
         return batch_answers(reply, "sns")

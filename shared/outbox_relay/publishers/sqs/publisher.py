@@ -45,7 +45,7 @@ class SqsPublisher(AwsBatchPublisher):
     def entry(self, m: ClaimedMessage, entry_id: str) -> Entry | DeliveryResult:
         return attributed_entry(m, entry_id, "sqs", "MessageBody", self.fifo)
 
-    def call(self, destination: str, entries: Sequence[Entry]) -> Answers:
+    def call(self, entries: Sequence[Entry]) -> Answers:
         reply = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=[e.request for e in entries])
         return batch_answers(reply, "sqs")
 
