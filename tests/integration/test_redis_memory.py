@@ -14,7 +14,7 @@ import pytest
 
 from outbox_relay.loop import RelayLoop
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis.metrics import MEMORY_FULL
+from outbox_relay.publishers.redis import MEMORY_FULL
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import RedisNode
 

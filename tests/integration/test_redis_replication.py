@@ -19,7 +19,7 @@ from sqlalchemy import text
 from outbox_relay.loop import RelayLoop
 from outbox_relay.models import Mode
 from outbox_relay.publishers.base import Deadline
-from outbox_relay.publishers.redis.metrics import NOT_REPLICATED
+from outbox_relay.publishers.redis import NOT_REPLICATED
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 from support.redis_nodes import replicated_pair
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from outbox_relay.loop import RelayLoop
-from outbox_relay.publishers.redis.metrics import STREAM_FULL, TRIMMED_UNACKNOWLEDGED
+from outbox_relay.publishers.redis import STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from outbox_relay.publishers.redis.settings import RedisOnFull, RedisTrim
 from outbox_relay.publishers.redis.streams import RedisStreamsPublisher
 

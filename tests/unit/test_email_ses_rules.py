@@ -14,8 +14,8 @@ from outbox_relay.models import ClaimedMessage, ErrorClass, Status
 from outbox_relay.publishers.base import Deadline
 from outbox_relay.publishers.ses.errors import Verdict, classify_client_error
 from outbox_relay.publishers.ses.message import message_row
+from outbox_relay.publishers.ses.pool import SendRateLimiter
 from outbox_relay.publishers.ses.publisher import SesPublisher
-from outbox_relay.publishers.ses.rate import SendRateLimiter
 from outbox_relay.publishers.ses.requests import mailboxes, redact, redactions
 
 SENDER = "noreply@shop.example"

@@ -28,7 +28,7 @@ from outbox_relay import observability as obs
 from outbox_relay.config import Settings
 from outbox_relay.invocation import ScheduleEvent
 from outbox_relay.models import Mode
-from outbox_relay.publishers.redis.metrics import METRICS as REDIS_METRICS
+from outbox_relay.publishers.redis import METRICS as REDIS_METRICS
 from outbox_relay.publishers.registry import CHANNELS, Channel
 from support.template import ROOT, TemplateModel
 

@@ -36,8 +36,7 @@ def call_timeouts(deadline_margin_seconds: float, relay: str) -> tuple[float, fl
 
 
 def create_client(service: str, relay: str, *, max_concurrency: int = 8, deadline_margin_seconds: float = 5.0,
-                  connect_timeout_seconds: float | None = None, read_timeout_seconds: float | None = None,
-                  region_name: str | None = None) -> Any:
+                  read_timeout_seconds: float | None = None, region_name: str | None = None) -> Any:
     """A client of `service` with a pool as large as the concurrency (``AWS_ENDPOINT_URL_<SERVICE>``: moto)."""
     import boto3
     from botocore.config import Config
@@ -45,7 +44,7 @@ def create_client(service: str, relay: str, *, max_concurrency: int = 8, deadlin
     connect, read = call_timeouts(deadline_margin_seconds, relay)
     config = Config(retries={"mode": "standard", "total_max_attempts": 1},
                     max_pool_connections=max(10, max_concurrency),
-                    connect_timeout=connect if connect_timeout_seconds is None else connect_timeout_seconds,
+                    connect_timeout=connect,
                     read_timeout=read if read_timeout_seconds is None else read_timeout_seconds,
                     user_agent_extra="outbox-relay")
     session = boto3.session.Session(region_name=region_name)

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from ..models import ErrorClass
 from .aws_client import CREDENTIAL_CODES
 
-#: Refusals of who we are (keys, tokens, signatures), not of where we may send: ours even
-#: when the message chose its destination, or expired credentials would dead-letter it.
+#: Refusals of who we are, not of where we may send: ours even for a destination the message chose.
 IDENTITY_CODES = CREDENTIAL_CODES - {"AccessDeniedException", "AccessDenied", "AuthorizationError"}
 
 

@@ -37,8 +37,7 @@ AWS_OPTIONS = (
                            "queue or topic)."),
 )
 
-# SQS and SNS attribute names: letters, digits, '_', '-', '.'; not starting with
-# AWS. or Amazon., no leading, trailing or doubled '.' ("SendMessage", MessageAttribute).
+# SQS and SNS attribute names ("SendMessage", MessageAttribute).
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 
 

@@ -36,8 +36,7 @@ def json_text(value: Any, field: str, limit: int) -> str:
     except UnicodeEncodeError:
         raise InvalidMessageError(field, "must be valid Unicode (no lone surrogates)") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        # The NUL character (\u0000): the idempotency check compares payloads as
-        # jsonb, which refuses it ("JSON Types", PostgreSQL documentation).
+        # The idempotency check compares payloads as jsonb, which refuses NUL ("JSON Types", PostgreSQL).
         raise InvalidMessageError(field, "must not contain the NUL character (\\u0000)")
     if "{" in text:
         _check_keys(value, field)
@@ -112,8 +111,7 @@ def _not_blank(v: str) -> str:
 
 
 OrderingKey = Annotated[str | None, Field(max_length=MAX_NAME_CHARS), AfterValidator(check_key)]
-# Strict: documented as a datetime and an int, so text ("2026-12-02T00:00:00+00:00",
-# "3"), epoch seconds, floats and booleans are refused rather than converted.
+# Strict: documented as a datetime and an int, so text, epoch seconds, floats and booleans are refused.
 DeliverAt = Annotated[datetime | None, Field(strict=True)]
 MaxAttempts = Annotated[int | None, Field(ge=1, le=1000, strict=True)]
 
@@ -137,8 +135,7 @@ class Message(Envelope):
     headers: dict[str, str] | None = None
 
 
-#: The order the SQL enqueue functions check a message's fields in; the producer API
-#: names the same field first (a channel's own fields, but a stream, come after).
+#: The order the SQL enqueue functions check fields in, so both name the same one first.
 CHECK_ORDER = {name: i for i, name in enumerate(
     ("stream", "type", "payload", "key", "headers", "message_id", "deliver_at", "max_attempts"))}
 

@@ -50,13 +50,11 @@ class ChannelSpec:
     name: str
     #: Its own variables, composed with the common ones (`config.settings_for`).
     settings: type[BaseSettings]
-    #: `check(settings, relayed)` raises ValueError naming the variable; `relayed` is false in a
-    #: function that only reads its settings (feedback reads SES's).
+    #: Raises ValueError naming the variable; `relayed` is false where a function only reads them (feedback).
     check_settings: Callable[[Any, bool], None]
     #: Variables its relation checks may name first (so a failure names the right one).
     relation_variables: tuple[str, ...]
-    #: `module:function` building its publisher: a path, not the function, as the settings read this
-    #: registry and the publisher's modules read the settings (through logging).
+    #: `module:function` building its publisher: a path, as the publisher's modules read the settings (logging).
     builder: str
     #: The module (imported by producers only) of `message_row(fields, now, context)` and `producer`.
     messages: str
@@ -71,8 +69,7 @@ class ChannelSpec:
     template_prefix: str
     #: Its `messaging.system` in spans (OpenTelemetry's name, else its own).
     messaging_system: str
-    #: Young-generation GC threshold once initialised (`runtime.settle_gc`); None keeps CPython's default
-    #: (for publishers that leave reference cycles behind).
+    #: Young-generation GC threshold once initialised (`runtime.settle_gc`); None: CPython's default.
     gc_young_threshold: int | None = None
     #: What its enqueue command calls one message when refusing it ("invalid message: …").
     enqueue_noun: str = "message"

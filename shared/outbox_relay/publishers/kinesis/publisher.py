@@ -15,8 +15,7 @@ from ..registry import Channel
 from .records import BYTES_PER_CALL, MAX_RECORD_BYTES, RECORDS_PER_CALL, partition_key, record_bytes, record_data
 from .settings import stream_parameter
 
-# A record's ErrorCode is ProvisionedThroughputExceededException or InternalFailure
-# ("PutRecordsResultEntry"); the rest are the whole call's ("PutRecords", Errors).
+# A record's ErrorCode is a throttle or InternalFailure; the rest are the whole call's ("PutRecords", Errors).
 CODES = ErrorCodes(
     throttled=frozenset({"ProvisionedThroughputExceededException", "KMSThrottlingException",
                          "LimitExceededException", "ThrottlingException"}),

@@ -10,8 +10,7 @@ from pydantic_settings import BaseSettings
 
 from ...urls import EndpointUrl
 
-# A stream name is 1-128 of these; an ARN is arn:<partition>:kinesis:<region>:<account>:stream/<name>
-# ("CreateStream", StreamName; "PutRecords", StreamARN).
+# A stream name, or its ARN ("CreateStream", StreamName; "PutRecords", StreamARN).
 _NAME = r"[a-zA-Z0-9_.-]{1,128}"
 _STREAM = re.compile(rf"{_NAME}|arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{{12}}:stream/{_NAME}")
 

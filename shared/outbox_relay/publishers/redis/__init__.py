@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from ..spec import ChannelLimits, ChannelSpec, Option
-from .metrics import METRICS
 from .settings import RELATION_VARIABLES, RedisSettings, check_settings
 
 #: A Redis batch builds a few tuples per message, freed by reference counting, and no cycles:
 #: CPython's default threshold (700) only makes the collector find nothing.
 GC_YOUNG_THRESHOLD = 20_000
+#: The Redis relay's own metrics (its publisher's `counters`), counts per invocation.
+NOT_REPLICATED, MEMORY_FULL, STREAM_FULL, TRIMMED_UNACKNOWLEDGED = METRICS = (
+    "NotReplicated", "RedisMemoryFull", "StreamFull", "TrimmedUnacknowledged")
 #: Redis accepts far more, but a relay batch holds every payload in memory (SQS's limit).
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 

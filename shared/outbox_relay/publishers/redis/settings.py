@@ -94,8 +94,7 @@ def check_settings(s: Any, relayed: bool) -> None:
         except ValueError as exc:
             raise ValueError(f"REDIS_URL: {exc}") from None
     if relayed and s.redis_dedupe_ttl_seconds < s.lease_seconds + s.function_timeout_seconds:
-        # A crashed invocation's message is claimed again once its lease expires and
-        # published again within one more timeout: the dedupe key must still be there.
+        # A crashed invocation's message is published again within a lease and a timeout: its dedupe key must last.
         raise ValueError(
             f"OUTBOX_REDIS_DEDUPE_TTL_SECONDS ({s.redis_dedupe_ttl_seconds}s) must be at least "
             f"OUTBOX_LEASE_SECONDS + OUTBOX_FUNCTION_TIMEOUT_SECONDS ({s.lease_seconds:g}s + "
@@ -109,8 +108,7 @@ def check_settings(s: Any, relayed: bool) -> None:
         raise ValueError("OUTBOX_REDIS_TRIM: acknowledged trims a stream down to OUTBOX_REDIS_MAXLEN; "
                          "set OUTBOX_REDIS_MAXLEN above 0, or OUTBOX_REDIS_TRIM=maxlen")
     if relayed and s.redis_wait_replicas and s.redis_wait_timeout_ms / 1000.0 >= s.redis_socket_timeout_seconds:
-        # The reply to WAIT comes after its timeout: a socket timeout first would turn
-        # every slow replica into a connection failure.
+        # WAIT replies after its timeout: a socket timeout first would make a slow replica a connection failure.
         raise ValueError(
             f"OUTBOX_REDIS_WAIT_TIMEOUT_MS ({s.redis_wait_timeout_ms} ms) must be shorter than "
             f"OUTBOX_REDIS_SOCKET_TIMEOUT_SECONDS ({s.redis_socket_timeout_seconds:g}s), or a replica "

@@ -17,8 +17,8 @@ from ...errors import DownstreamUnavailable
 from ...models import ClaimedMessage, DeliveryResult, ErrorClass
 from ..base import Deadline, Publisher, RecordResults
 from ..registry import Channel
+from . import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .entries import cloudevent_fields, plain_fields
-from .metrics import MEMORY_FULL, METRICS, NOT_REPLICATED, STREAM_FULL, TRIMMED_UNACKNOWLEDGED
 from .script import KEY_STOPPED, PUBLISH_SCRIPT, all_failed, dedupe_prefix, script_calls
 from .settings import RedisFormat, RedisOnFull, RedisTrim
 

@@ -42,7 +42,6 @@ SPEC = ChannelSpec(
     limits=ChannelLimits(entries_per_call=1, bytes_per_call=MAX_MESSAGE_BYTES, payload_bytes=MAX_MESSAGE_BYTES),
     template_prefix="Ses",
     messaging_system="aws_ses",
-    # Each send leaves cycles behind (email header classes, botocore's parsers) that a
-    # higher threshold would keep in memory longer; SES is paced by its send rate anyway.
+    # Each send leaves cycles behind (email headers, botocore's parsers): keep the default threshold.
     gc_young_threshold=None,
 )

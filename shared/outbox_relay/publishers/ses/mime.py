@@ -10,7 +10,7 @@ from typing import Iterator
 
 from ...errors import InvalidMessageError
 from . import MAX_MESSAGE_BYTES
-from .headers import MIME_POLICY
+from .addresses import MIME_POLICY
 from .payload import EmailPayload
 
 _PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"

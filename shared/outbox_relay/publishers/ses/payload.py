@@ -11,9 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ...errors import InvalidMessageError
 from ..message import refused
-from .addresses import CONTROL_RE, encode_header_value, parse_address
+from .addresses import CONTROL_RE, encode_header_value, header_problem, parse_address
 from .attachment import Attachment, as_attachment
-from .headers import header_problem
 
 #: Recipients per message across To, Cc and Bcc ("Service quotas in Amazon SES").
 MAX_RECIPIENTS = 50
@@ -69,9 +68,7 @@ class EmailPayload(BaseModel):
     @field_validator("to", "cc", "bcc", "reply_to", mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
-        if isinstance(v, str):  # a single address is accepted as a list of one
-            return (v,)
-        return v
+        return (v,) if isinstance(v, str) else v  # a single address is a list of one
 
     @field_validator("to", "cc", "bcc", "reply_to", mode="after")
     @classmethod
@@ -89,8 +86,7 @@ class EmailPayload(BaseModel):
     def _subject(cls, v: str) -> str:
         if CONTROL_RE.search(v):
             raise ValueError("must not contain CR, LF, NUL or other control characters (header injection)")
-        # Leading and trailing blanks do not survive a MIME header (RFC 5322 unfolding): drop them
-        # here, so the subject is the same whichever way the email is sent.
+        # Blanks at the ends do not survive a MIME header: the subject is the same whichever way it is sent.
         v = v.strip()
         if not v:
             raise ValueError("must not be blank")
@@ -162,9 +158,7 @@ class EmailPayload(BaseModel):
     @field_validator("attachments", mode="before")
     @classmethod
     def _attachment_forms(cls, v: Any) -> Any:
-        if isinstance(v, (list, tuple)):
-            return [as_attachment(a) for a in v]
-        return v
+        return [as_attachment(a) for a in v] if isinstance(v, (list, tuple)) else v
 
     @field_validator("attachments")
     @classmethod

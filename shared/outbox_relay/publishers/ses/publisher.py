@@ -16,8 +16,7 @@ from ..base import Deadline, Publisher, RecordResults
 from ..registry import Channel
 from .addresses import address_of, parse_address
 from .payload import EmailPayload, load_payload
-from .pool import RECORD_INTERVAL_SECONDS, SendBatch, SendSettings
-from .rate import RATE_HEADROOM, SendRateLimiter
+from .pool import RATE_HEADROOM, RECORD_INTERVAL_SECONDS, SendBatch, SendRateLimiter, SendSettings
 from .requests import Prepared, prepare
 
 #: Rate used when GetAccount reports none (the SES sandbox's).

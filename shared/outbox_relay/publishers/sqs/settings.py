@@ -10,8 +10,7 @@ from pydantic_settings import BaseSettings
 
 from ...urls import EndpointUrl
 
-# https://sqs.<region>.amazonaws.com/<account>/<name>, or a local endpoint's URL in the same shape.
-# A queue name is at most 80 characters, a FIFO queue's ".fifo" included ("CreateQueue", QueueName).
+# A queue URL, a local endpoint's too; a name is at most 80 characters with ".fifo" ("CreateQueue", QueueName).
 _NAME = r"(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)"
 _QUEUE_URL = re.compile(rf"https?://[^/\s]+/[^/\s]+/{_NAME}")
 
