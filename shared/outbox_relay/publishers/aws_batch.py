@@ -208,8 +208,7 @@ class AwsBatchPublisher(Publisher):
         return halt, unavailable
 
     def _send(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
-        """One call, classified per entry; a whole-call refusal that may be one entry's
-        fault is retried one entry at a time, so a bad entry fails only itself."""
+        """One call; a whole-call refusal that may be one entry's fault is retried entry by entry."""
         from botocore import exceptions as bx
 
         if deadline.passed():

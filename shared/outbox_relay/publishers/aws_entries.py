@@ -29,8 +29,7 @@ class Entry:
 
 def attributed_entry(m: ClaimedMessage, entry_id: str, service: str, body_field: str,
                      fifo: bool) -> Entry | DeliveryResult:
-    """The SQS or SNS entry of `m`: the payload as `body_field`, the rest attributes; on FIFO the
-    key (or the id) as group and the id as deduplication id."""
+    """SQS's or SNS's entry; on FIFO the key (or the id) as group and the id as deduplication id."""
     values = attribute_values(m.message_id, m.type, m.key, m.headers_json)
     size = body_size(m.payload_json, values)
     if size > MAX_AWS_MESSAGE_BYTES:

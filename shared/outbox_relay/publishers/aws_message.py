@@ -1,5 +1,4 @@
-"""What the SQS, SNS and EventBridge messages share at enqueue: at most 256 KiB as the service
-counts it; SQS and SNS carry the payload as the body and the rest as attributes."""
+"""What the SQS, SNS and EventBridge messages share at enqueue: at most 256 KiB as the service counts it."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ MAX_HEADERS = MAX_ATTRIBUTES - len(RESERVED_ATTRIBUTES)
 #: The destination of a message that names none: the relay's own. Not a bus name, so never
 #: taken for one (EventBridge's own bus is called "default").
 DEFAULT_DESTINATION = "(relay)"
-#: The data type SQS and SNS record for a string attribute; counted in its size.
-STRING = "String"
 
 #: The options every AWS channel's enqueue command starts with.
 AWS_OPTIONS = (
@@ -42,7 +39,7 @@ _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 
 
 def attribute_bytes(name: str, value: str) -> int:
-    return len(name.encode("utf-8")) + len(STRING) + len(value.encode("utf-8"))
+    return len(name.encode("utf-8")) + len("String") + len(value.encode("utf-8"))  # name, data type, value
 
 
 def attribute_values(message_id: str, type_: str, key: str | None, headers_json: str | None) -> dict[str, str]:
@@ -57,11 +54,10 @@ def body_size(payload_json: str, values: Mapping[str, str]) -> int:
     return len(payload_json.encode("utf-8")) + sum(attribute_bytes(k, v) for k, v in values.items())
 
 
-def checked_size(channel: str, row: Mapping[str, Any], size: int) -> Mapping[str, Any]:
+def checked_size(channel: str, size: int) -> None:
     if size > MAX_AWS_MESSAGE_BYTES:
         raise InvalidMessageError("payload", f"makes the {channel} message {size} bytes with its "
                                              f"attributes; the limit is {MAX_AWS_MESSAGE_BYTES} bytes")
-    return row
 
 
 def _check_attributes(headers: Mapping[str, str] | None, channel: str,
@@ -101,7 +97,7 @@ def _attributed(channel: str, data: Mapping[str, Any], now: datetime | None,
         if m.key is not None:
             check_text(m.key, "key")
     row = message_row(m, channel, DEFAULT_DESTINATION, text)
-    checked_size(channel, row, attributed_size(row))
+    checked_size(channel, attributed_size(row))
     return row
 
 

@@ -49,8 +49,7 @@ _NO_COUNTERS: Mapping[str, int] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """Time left in this invocation by the Lambda's clock (`get_remaining_time_in_millis`);
-    `margin_seconds` is kept to record outcomes and release what was not started."""
+    """Time left by the Lambda's clock, less `margin_seconds` kept to record outcomes and release the rest."""
 
     remaining_ms: Callable[[], int]
     margin_seconds: float

@@ -1,5 +1,4 @@
-"""What every channel's message shares, as the producer API validates it, and the JSON text of
-payloads and headers exactly as they will be sent."""
+"""What every channel's message shares, and the JSON text of payloads and headers exactly as they will be sent."""
 
 from __future__ import annotations
 

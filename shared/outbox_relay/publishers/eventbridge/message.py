@@ -49,7 +49,7 @@ def message_row(fields: Mapping[str, Any], now: datetime | None = None,
     if m.headers:
         raise InvalidMessageError("headers", "EventBridge events have no attributes; put them in the payload")
     row = row_of(m, "eventbridge", m.bus or DEFAULT_DESTINATION, text)
-    checked_size("eventbridge", row, entry_size(detail_text(text, str(row["message_id"])), m.type, m.source))
+    checked_size("eventbridge", entry_size(detail_text(text, str(row["message_id"])), m.type, m.source))
     if m.source is not None:
         row["headers"] = json_text({"source": m.source}, "source", 1024)
     if context:

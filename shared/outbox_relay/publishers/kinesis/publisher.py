@@ -1,6 +1,5 @@
-"""Amazon Kinesis Data Streams publisher: ``PutRecords`` to one stream (docs/channels.md,
-"Kinesis"). ``PutRecords`` does not keep the order of records within a call, so the shared
-rounds (`aws_batch`) put one record of a key in a call, the next once it is in the stream."""
+"""Kinesis publisher: ``PutRecords`` does not keep the order of records within a call, so the shared rounds
+(`aws_batch`) put one record of a key in a call, the next once it is in the stream (docs/channels.md)."""
 
 from __future__ import annotations
 

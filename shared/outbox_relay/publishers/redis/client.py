@@ -17,8 +17,7 @@ from ...errors import ConfigurationError
 
 
 class ElastiCacheIamCredentials(CredentialProvider):
-    """ElastiCache IAM auth: the user's id and, as its password, a SigV4-presigned `connect`
-    request valid 15 minutes, asked for when a connection opens; signed again after 10."""
+    """ElastiCache IAM auth: as the password, a presigned `connect` request valid 15 minutes, renewed after 10."""
 
     VALID_SECONDS = 900
     RENEW_AFTER_SECONDS = 600
@@ -63,8 +62,7 @@ class ElastiCacheIamCredentials(CredentialProvider):
 
 def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0, cluster: bool = False,
                         credential_provider: Any = None) -> Any:
-    """A failed command is retried once on a new connection (one may die while the container is
-    frozen); the publish script is idempotent, so that is safe."""
+    """One retry on a new connection (one may die while the container is frozen): the script is idempotent."""
     options = dict(
         socket_timeout=socket_timeout_seconds,
         socket_connect_timeout=socket_timeout_seconds,
@@ -97,8 +95,7 @@ def create_redis_client(url: str, *, socket_timeout_seconds: float = 5.0, cluste
 
 
 class ClusterOnFirstUse:
-    """A cluster client made on first use: one unreachable at cold start closes the gate
-    (`RedisClusterException` on every use until it answers) instead of failing the container."""
+    """A cluster unreachable at cold start closes the gate until it answers instead of failing the container."""
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make

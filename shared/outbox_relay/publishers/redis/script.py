@@ -152,8 +152,7 @@ def all_failed(batch: list[ClaimedMessage], error_class: ErrorClass, error: str)
 
 
 def script_calls(group: list[ClaimedMessage]) -> list[list[ClaimedMessage]]:
-    """One stream's messages in calls of about `SCRIPT_CHUNK`, each key's in one call (the
-    script stops a key at its first failure; calls cannot see each other's)."""
+    """Calls of about `SCRIPT_CHUNK`, a key's in one (the script stops a key at its first failure)."""
     if len(group) <= SCRIPT_CHUNK:
         return [group]
     chunks: list[list[ClaimedMessage]] = [[]]

@@ -20,8 +20,7 @@ _ENVELOPE = ("key", "message_id", "deliver_at", "max_attempts")
 
 def message_row(fields: Mapping[str, Any], now: datetime | None = None,
                 context: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The row of `enqueue_email`'s keyword arguments; the trace context goes into the headers column
-    (the relay adds it to the email's headers)."""
+    """The trace context goes into the headers column; the relay adds it to the email's headers."""
     data = {("from" if name == "sender" else name): value for name, value in fields.items()
             if name not in _ENVELOPE and value is not None}
     data["headers"], data["tags"] = dict(data.get("headers") or {}), dict(data.get("tags") or {})

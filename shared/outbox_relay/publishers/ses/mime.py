@@ -17,9 +17,8 @@ _PLACEHOLDER_SENDER = "placeholder-sender-address@example.invalid"
 
 
 def build_mime(m: EmailPayload, *, sender: str, date: str | None = None) -> bytes:
-    """Bodies are base64 so they arrive byte for byte and no line exceeds the 1,000 characters SES
-    allows; Bcc is left out (SES takes it from the Destination). A part the `email` package cannot
-    write is an `InvalidMessageError` naming its field and only the exception's type."""
+    """Bodies in base64 arrive byte for byte, no line over SES's 1,000 characters; Bcc is left out (SES takes
+    it from the Destination). A part that cannot be written is an `InvalidMessageError` naming its field."""
     msg = EmailMessage(policy=MIME_POLICY)
     with field_errors("from"):
         msg["From"] = sender

@@ -33,13 +33,11 @@ DEFAULT_DESTINATION = "ses"
 EMAIL_TYPE = "email"
 
 _TAG_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
-_CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # RFC 5322 field-name: printable US-ASCII (33–126) except the colon (58).
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,%d}" % MAX_HEADER_NAME_CHARS)
-_RESERVED_HEADERS = frozenset(h.lower() for h in (
-    "From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date", "Message-ID", "MIME-Version",
-    "Return-Path",
-))
+_RESERVED_HEADERS = frozenset(h.lower() for h in ("From", "Sender", "To", "Cc", "Bcc", "Reply-To", "Subject", "Date",
+                                                  "Message-ID", "MIME-Version", "Return-Path"))
 # Every Content-* header describes the MIME structure, which build_mime writes itself.
 _RESERVED_HEADER_PREFIX = "content-"
 
@@ -151,7 +149,7 @@ class EmailPayload(BaseModel):
     @field_validator("configuration_set")
     @classmethod
     def _configuration_set(cls, v: str | None) -> str | None:
-        if v is not None and not _CONFIGURATION_SET_RE.fullmatch(v):
+        if v is not None and not CONFIGURATION_SET_RE.fullmatch(v):
             raise ValueError("must be 1-64 ASCII letters, digits, '_' or '-' (SES configuration set name)")
         return v
 

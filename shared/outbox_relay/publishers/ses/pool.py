@@ -52,9 +52,8 @@ class SendSettings:
 
 
 class SendRateLimiter:
-    """A token bucket refilled at `rate / (1 + headroom)` (GCRA: one timestamp, no timer thread), guarded
-    by a sliding window that never grants more than `rate` within `1 + headroom` seconds, so catching up
-    after a pause never bursts. `share()` (0..1) scales the rate at each grant. Thread-safe."""
+    """A token bucket (GCRA) at `rate / (1 + headroom)`, guarded by a sliding window that never grants more than
+    `rate` within `1 + headroom` seconds, so catching up after a pause never bursts. Thread-safe."""
 
     def __init__(self, rate_per_second: float, *, headroom: float = RATE_HEADROOM,
                  catch_up: float = CATCH_UP_SECONDS, clock: Callable[[], float] = time.monotonic,

@@ -3,7 +3,6 @@ overlapping pollers never exceed it together."""
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable, Sequence
 
@@ -15,13 +14,12 @@ from ..aws_client import GATE_INTERVAL_SECONDS, client_for
 from ..base import Deadline, Publisher, RecordResults
 from ..registry import Channel
 from .addresses import address_of, parse_address
-from .payload import EmailPayload, load_payload
+from .payload import CONFIGURATION_SET_RE, EmailPayload, load_payload
 from .pool import RATE_HEADROOM, RECORD_INTERVAL_SECONDS, SendBatch, SendRateLimiter, SendSettings
 from .requests import Prepared, prepare
 
 #: Rate used when GetAccount reports none (the SES sandbox's).
 FALLBACK_SEND_RATE = 1.0
-_CONFIGURATION_SET_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def supports_simple_headers(client: Any) -> bool:
@@ -171,7 +169,7 @@ def build_ses_publisher(settings: Any, client: Any | None = None) -> SesPublishe
         except ValueError as exc:
             raise ConfigurationError("OUTBOX_SES_FROM", str(exc)) from None
     config_set = settings.ses_configuration_set or None
-    if config_set is not None and not _CONFIGURATION_SET_RE.fullmatch(config_set):
+    if config_set is not None and not CONFIGURATION_SET_RE.fullmatch(config_set):
         raise ConfigurationError("OUTBOX_SES_CONFIGURATION_SET", "must be 1-64 ASCII letters, digits, '_' or '-'")
     return SesPublisher(
         client, default_sender=default_sender, default_configuration_set=config_set,
