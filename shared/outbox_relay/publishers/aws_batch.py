@@ -141,15 +141,16 @@ class AwsBatchPublisher(Publisher):
                               error=f"{self.service}: not sent: an earlier message of its key was not delivered "
                                     "in this batch")
 
-    def _calls(self, entries: list[Entry]) -> list[tuple[str, list[Entry]]]:
-        calls: list[tuple[str, list[Entry]]] = []
+    def _calls(self, entries: list[Entry]) -> list[list[Entry]]:
+        """Per destination (a call's entries share it), within the per-call limits, in seq order."""
+        calls: list[list[Entry]] = []
         open_: dict[str, tuple[list[Entry], list[int]]] = {}
         for e in entries:
             chunk, size = open_.get(e.destination, (None, [0]))
             if chunk is None or len(chunk) >= self.entries_per_call or size[0] + e.size > self.bytes_per_call:
                 chunk, size = [], [0]
                 open_[e.destination] = (chunk, size)
-                calls.append((e.destination, chunk))
+                calls.append(chunk)
             chunk.append(e)
             size[0] += e.size
         return calls
@@ -178,8 +179,7 @@ class AwsBatchPublisher(Publisher):
                     late = True
                     i = len(calls)
                     break
-                destination, chunk = calls[i]
-                running.add(pool.submit(self._send, destination, chunk, deadline))
+                running.add(pool.submit(self._send, calls[i], deadline))
                 i += 1
             if not running:
                 break
@@ -207,7 +207,7 @@ class AwsBatchPublisher(Publisher):
             return None
         return halt, unavailable
 
-    def _send(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
+    def _send(self, entries: list[Entry], deadline: Deadline) -> CallResult:
         """One call; a whole-call refusal that may be one entry's fault is retried entry by entry."""
         from botocore import exceptions as bx
 
@@ -223,18 +223,18 @@ class AwsBatchPublisher(Publisher):
             sender = err.get("Type") == "Sender" or (status is not None and 400 <= status < 500)
             if any(code in e.chosen for e in entries):
                 if len(entries) > 1:  # whose choice was refused: find out one entry at a time
-                    return self._one_by_one(destination, entries, deadline)
+                    return self._one_by_one(entries, deadline)
                 return CallResult([self._failed(entries[0], ErrorClass.PERMANENT, code)])
             c = classify_code(self.codes, code, sender, own_destination=own, status=status)
             if c.verdict is Verdict.STOP:
                 log.error(f"{self.service} refused the relay", extra={"error_code": code})
                 return CallResult(stop=f"{self.service} refused the call ({code})")
             if c.error_class is ErrorClass.PERMANENT and len(entries) > 1:
-                return self._one_by_one(destination, entries, deadline)
+                return self._one_by_one(entries, deadline)
             return CallResult([self._failed(e, c.error_class, code) for e in entries])
         except bx.ParamValidationError:
             if len(entries) > 1:
-                return self._one_by_one(destination, entries, deadline)
+                return self._one_by_one(entries, deadline)
             return CallResult([self._failed(entries[0], ErrorClass.PERMANENT, "ParamValidationError")])
         except (bx.NoCredentialsError, bx.PartialCredentialsError, bx.NoRegionError) as exc:
             return CallResult(stop=f"{self.service}: {type(exc).__name__}")
@@ -263,10 +263,10 @@ class AwsBatchPublisher(Publisher):
             out.results.append(self._failed(e, c.error_class, code or "Unknown"))
         return out
 
-    def _one_by_one(self, destination: str, entries: list[Entry], deadline: Deadline) -> CallResult:
+    def _one_by_one(self, entries: list[Entry], deadline: Deadline) -> CallResult:
         out = CallResult()
         for e in entries:
-            one = self._send(destination, [e], deadline)
+            one = self._send([e], deadline)
             out.results += one.results
             out.delivered |= one.delivered
             out.stop = out.stop or one.stop
