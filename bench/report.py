@@ -778,6 +778,7 @@ def markdown(results: dict[str, Any]) -> str:
                        f"{idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}, "
                        f"sequential scans: {', '.join(idle['claim_plan_seq_scans']) or 'none'}.")
             out.append("")
+    out += scaling_lines(results)
     ordering = results.get("ordering")
     if ordering:
         reference = limit_rate(results, ordering)
@@ -993,6 +994,59 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {c['target']} | {c['goal']} | {_fmt(measured)} | {met} |")
         out.append("")
     return "\n".join(out)
+
+
+def scaling_lines(results: dict[str, Any]) -> list[str]:
+    """The pollers section's sustained rates and the catchup section's drain, as Markdown."""
+    out: list[str] = []
+    pol = results.get("pollers")
+    if pol and pol.get("counts"):
+        out.append(f"Pollers per channel (`python -m bench pollers`; OUTBOX_POLLERS pollers in latency mode, "
+                   f"batch {pol['batch_size']:,}; producer processes commit for {_fmt(pol['seconds'])} s, each over "
+                   f"{pol['keys_per_producer']} ordering keys of its own; a rate is sustained when the lag p99 "
+                   f"stays within {pol['lag_p99_limit_ms']:g} ms and everything is delivered within 5 s of the "
+                   f"producers' end; searched up by 1.5 x from {pol['start_rate']:,}/s, then halving, at most "
+                   f"{pol['max_runs']} rates per count; CPU in cores while the producers ran: the bench database's "
+                   f"PostgreSQL backends (the relay's, all) and the whole machine{_held(pol)}{_when(pol)}):")
+        out.append("")
+        out.append("| pollers | offered msg/s | delivered msg/s | lag p50 ms | p99 ms | PostgreSQL cores: relay "
+                   "| all | machine busy cores | keys out of order | lost | duplicates | sustained |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for c in pol["counts"]:
+            for r in c["runs"]:
+                cpu = r.get("cpu_cores") or {}
+                out.append(f"| {c['pollers']} | {r['offered_per_second']:,} | {_rate(r['delivered_per_second'])} "
+                           f"| {_fmt(r['lag_ms']['p50'])} | {_fmt(r['lag_ms']['p99'])} "
+                           f"| {_fmt(cpu.get('postgresql_relay'))} | {_fmt(cpu.get('postgresql_all'))} "
+                           f"| {_fmt(cpu.get('machine_busy'))} of {_fmt(cpu.get('machine_cores'))} "
+                           f"| {_fmt(r['keys_out_of_order'])} | {r['lost']} | {r['duplicates']} "
+                           f"| {'yes' if r['sustained'] else 'no'} |")
+        out.append("")
+        out.append("Sustained: " + "; ".join(
+            f"{c['pollers']} poller{'s' if c['pollers'] > 1 else ''} {_rate(c['sustained_per_second'])} msg/s"
+            + (f" ({c['vs_one']:.2f} × one)" if c.get("vs_one") and c["pollers"] > 1 else "")
+            for c in pol["counts"]) + ".")
+        out.append("")
+    cu = results.get("catchup")
+    if cu and "skipped" not in cu:
+        ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']}-poller sustained rate, "
+               f"{_rate(cu['reference_per_second'])} msg/s, of {cu['reference_from']}"
+               if cu.get("drain_vs_reference") else "no pollers section to compare with")
+        check = cu["check"]
+        out.append(f"Catching up after a downstream outage (`python -m bench catchup`; {cu['pollers']} pollers; "
+                   f"producers offer {cu['offered_per_second']:,} msg/s, half of one poller's sustained "
+                   f"{_rate(cu['r1_per_second'])} msg/s, over {cu['keys_per_producer']} ordering keys each; the "
+                   f"relay's Redis, a server of the bench's own, killed after {_fmt(cu['lead_seconds'])} s and "
+                   f"restarted {_fmt(cu['outage_seconds'] / 60)} min later; the producers go on "
+                   f"{_fmt(cu['tail_seconds'])} s after it{_held(cu)}{_when(cu)}): "
+                   f"{_fmt(cu['delivered_during_outage'])} delivered during the outage, "
+                   f"{cu['backlog_at_restart']:,} waiting at the restart, drained in "
+                   f"{_fmt(cu['backlog_drained_seconds'])} s at {_rate(cu['drain_per_second'])} msg/s ({ref}); the "
+                   f"lag p99 of new commits back within {_fmt(cu['normal_lag_p99_ms'])} ms "
+                   f"{_fmt(cu['caught_up_after_seconds'])} s after the restart; {check['keys_out_of_order']} keys out "
+                   f"of order, {check['lost']} lost, {check['duplicates']} duplicates.")
+        out.append("")
+    return out
 
 
 def docs(results: dict[str, Any]) -> str:
