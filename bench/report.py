@@ -36,6 +36,9 @@ TARGETS = {
     "redis_failover_missing": 0,
     "redis_failover_duplicates": 0,
     "recovery_vs_drain": 2.0,
+    "pollers_2_vs_1": 1.8,
+    "pollers_4_vs_1": 3.2,
+    "catchup_vs_pollers": 0.9,
 }
 
 
@@ -240,6 +243,28 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"dead after {c['poison_attempts']} of {c['max_attempts']} attempts, {c['invocations_killed']} "
             f"invocations killed; other dead {c['other_dead']}, lost {c['lost']}, duplicates {c['duplicates']}",
             c["ok"])
+    pol = results.get("pollers") or {}
+    for c in pol.get("counts", []):
+        goal = TARGETS.get(f"pollers_{c['pollers']}_vs_1")
+        if goal is None:
+            continue
+        cpu = c.get("cpu_cores_at_sustained") or {}
+        add(f"{c['pollers']} pollers' sustained latency-mode rate vs one's (lag p99 <= {pol['lag_p99_limit_ms']:g} "
+            "ms), or PostgreSQL saturated", f">= {goal:g}x, 0 keys out of order",
+            None if c.get("vs_one") is None else f"{c['vs_one']:.2f}x; PostgreSQL {cpu.get('postgresql_all')} "
+            f"cores, machine {cpu.get('machine_busy')} of {cpu.get('machine_cores')} busy",
+            None if c.get("vs_one") is None else c["vs_one"] >= goal and pol["check"]["keys_out_of_order"] == 0)
+    cu = results.get("catchup") or {}
+    if cu.get("check"):
+        add(f"Catch-up after a {cu['outage_seconds'] / 60:g}-minute downstream outage at half of one poller's rate: "
+            f"drain rate vs {cu['pollers']} pollers' sustained rate", f">= {TARGETS['catchup_vs_pollers']:g}x, "
+            "0 keys out of order, 0 lost",
+            None if cu.get("drain_vs_reference") is None else
+            f"{cu['drain_vs_reference']:.2f}x; {cu['check']['keys_out_of_order']} out of order, "
+            f"{cu['check']['lost']} lost",
+            None if cu.get("drain_vs_reference") is None else
+            cu["drain_vs_reference"] >= TARGETS["catchup_vs_pollers"] and cu["check"]["keys_out_of_order"] == 0
+            and cu["check"]["lost"] == 0)
     concurrency = results.get("concurrency", {})
     if concurrency:
         ok = all(r["check"]["ok"] for r in concurrency.get("runs", []))
