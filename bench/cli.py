@@ -108,6 +108,7 @@ class Config:
         self.pollers = dict(counts=counts, start_rate=_ints(rates)[0] if rates else (100 if quick else 1000),
                             seconds=latency_seconds or (5.0 if quick else 30.0),
                             max_runs=extra.get("search_runs") or (1 if quick else 6),
+                            backlog=500 if quick else 60_000,
                             model=self.latency["model"], batch_size=1000)
         self.catchup = dict(pollers=max(counts), outage=60.0 * (extra.get("outage_minutes") or
                                                                  (0.1 if quick else 15.0)),
@@ -343,8 +344,11 @@ def _pollers(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
                           f"{cpu.get('machine_busy')} of {cpu.get('machine_cores')}; {r['keys_out_of_order']} keys "
                           f"out of order, {r['lost']} lost, {r['duplicates']} duplicates"
                           f"{'' if r['sustained'] else ' (not sustained)'}")
+        d = c["drain"]
         console.print(f"  {c['pollers']} poller{'s' if c['pollers'] > 1 else ''}: sustained "
-                      f"{_fmt_rate(c['sustained_per_second'])}/s ({c['vs_one'] or '–'}x one)")
+                      f"{_fmt_rate(c['sustained_per_second'])}/s ({c['vs_one'] or '–'}x one); a backlog of "
+                      f"{d['messages']:,} drained at {_fmt_rate(d['drain_per_second'])}/s ({d['vs_one'] or '–'}x one), "
+                      f"{d['run']['keys_out_of_order']} keys out of order, {d['run']['lost']} lost")
     return result
 
 
@@ -360,12 +364,12 @@ def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, An
     pollers, source = results.get("pollers"), "this run"
     if not pollers and cfg.previous.get("pollers"):
         pollers, source = cfg.previous["pollers"], f"the pollers section of {cfg.previous['pollers'].get('run')}"
-    rates = {c["pollers"]: c["sustained_per_second"] for c in (pollers or {}).get("counts", [])}
-    r1 = cfg.r1 or rates.get(1)
+    counts = {c["pollers"]: c for c in (pollers or {}).get("counts", [])}
+    r1 = cfg.r1 or (counts.get(1) or {}).get("sustained_per_second")
     if not r1:
         raise click.ClickException("catchup needs one poller's sustained rate: run `python -m bench pollers` "
                                    "first, or pass --r1")
-    reference = rates.get(n)
+    reference = ((counts.get(n) or {}).get("drain") or {}).get("drain_per_second")
     result = run_catchup(env, r1=r1, reference=reference, reference_from=source if reference else None,
                          streams=cfg.streams, **cfg.catchup)
     if "skipped" in result:
@@ -374,7 +378,7 @@ def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, An
     console.print(f"  {n} pollers, {result['offered_per_second']:,}/s offered, downstream down "
                   f"{result['outage_seconds']:g} s: {result['backlog_at_restart']:,} waiting at the restart, drained "
                   f"in {result['backlog_drained_seconds']} s at {_fmt_rate(result['drain_per_second'])}/s "
-                  f"({result['drain_vs_reference'] or '–'}x the {n}-poller sustained rate); lag normal again "
+                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' backlog drain); lag normal again "
                   f"after {result['caught_up_after_seconds']} s; {result['check']['keys_out_of_order']} keys out "
                   f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
     return result

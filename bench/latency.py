@@ -219,12 +219,13 @@ def _reset(env: BenchEnv) -> None:
 def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, rng: random.Random,
               batch_size: int, streams: tuple[str, ...], producers: int | None, *, pollers: int = 1,
               keys: int | None = None, during: Callable[[float], None] | None = None,
-              drain_limit: float = _DRAIN_LIMIT) -> dict[str, Any]:
+              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0) -> dict[str, Any]:
     """One offered rate. `pollers` sets OUTBOX_POLLERS, and the first slot starts one run
     per poller slot (as that many periods of the schedule would), with the reserved
     concurrency the template derives (2 per poller + 1) if the model's is lower; `keys`
     ordering keys per producer, checked in the stream; `during(began)` runs in a thread
-    once the producers began (epoch seconds)."""
+    once the producers began (epoch seconds); `backlog` messages (over `keys` keys) wait
+    when the first poller starts (enqueued once the containers are warm)."""
     _reset(env)
     ctx = mp.get_context("spawn")
     n_producers = producers or producers_for(rate)
@@ -259,6 +260,9 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
         for _ in range(n_containers + n_producers):
             if not ready.acquire(timeout=600):
                 raise RuntimeError("a latency-bench process did not start within 600 s")
+        if backlog:
+            env.enqueue(backlog, streams=streams, keys=keys)
+            env.vacuum_analyze()
 
         def collect() -> None:
             while not stop.is_set():
@@ -310,7 +314,7 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
         if failed:
             raise RuntimeError(f"a producer failed: {failed[0]}")
         sent = sum(o["sent"] for o in outcomes)
-        drained_after = _wait_drained(env, sent, limit=drain_limit)
+        drained_after = _wait_drained(env, sent + backlog, limit=drain_limit)
         if crashed:
             raise RuntimeError(f"a relay container failed: {crashed[0]}")
         # Read the registry while the last pollers still renew their registrations.
@@ -329,7 +333,8 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
             p.join(timeout=10)
         for p in containers:
             lambda_model.release(p)
-    run = _measure(env, rate, seconds, outcomes, drained_after, model, t0, slots, lam, registry, stopped_at)
+    run = _measure(env, rate, seconds, outcomes, drained_after, model, t0, slots, lam, registry, stopped_at,
+                   backlog)
     run |= {"pollers": pollers, "keys_per_producer": keys, "cpu_cores": cpu.result()}
     if keys is not None:
         from .ordering import key_order
@@ -471,7 +476,7 @@ _LAG_PER_SECOND = _DELIVERED + """
 
 def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, Any]], drained_after: float | None,
              model: SchedulerModel, t0: float, slots: list[Any], lam: LocalLambda,
-             registry: list[dict[str, Any]] | None, stopped_at: float) -> dict[str, Any]:
+             registry: list[dict[str, Any]] | None, stopped_at: float, backlog: int = 0) -> dict[str, Any]:
     lo = min(o["began"] for o in outcomes)
     hi = max(o["ended"] for o in outcomes)
     wall = hi - lo
@@ -547,7 +552,7 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
         "sent_per_second": round(sent / offered_seconds, 1) if offered_seconds else None,
         "producer_max_behind": max(o["max_behind"] for o in outcomes),
         "delivered": n,
-        "delivered_per_second": round(n / offered_seconds, 1) if offered_seconds else None,
+        "delivered_per_second": round((n - backlog) / offered_seconds, 1) if offered_seconds else None,
         "drained_seconds_after_producer": drained_after,
         "handovers": max(0, len(begun) - 1),
         "lag_ms": spread(e50, e99, emax, emean),
@@ -566,7 +571,7 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
         "timeline": timeline,
         "check": {"rows_delivered": n, "stream_entries": len(stream_ids), "distinct_ids": len(distinct),
                   "duplicates": duplicates, "lost": lost, "invocation_errors": len(errors),
-                  "ok": n == sent == len(distinct) and duplicates == 0 and lost == 0 and not errors
+                  "ok": n == sent + backlog == len(distinct) and duplicates == 0 and lost == 0 and not errors
                   and lam.refused == 0},
     }
 

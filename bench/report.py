@@ -251,13 +251,14 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         cpu = c.get("cpu_cores_at_sustained") or {}
         add(f"{c['pollers']} pollers' sustained latency-mode rate vs one's (lag p99 <= {pol['lag_p99_limit_ms']:g} "
             "ms), or PostgreSQL saturated", f">= {goal:g}x, 0 keys out of order",
-            None if c.get("vs_one") is None else f"{c['vs_one']:.2f}x; PostgreSQL {cpu.get('postgresql_all')} "
+            None if c.get("vs_one") is None else f"{c['vs_one']:.2f}x (backlog drain "
+            f"{(c.get('drain') or {}).get('vs_one')}x); PostgreSQL {cpu.get('postgresql_all')} "
             f"cores, machine {cpu.get('machine_busy')} of {cpu.get('machine_cores')} busy",
             None if c.get("vs_one") is None else c["vs_one"] >= goal and pol["check"]["keys_out_of_order"] == 0)
     cu = results.get("catchup") or {}
     if cu.get("check"):
         add(f"Catch-up after a {cu['outage_seconds'] / 60:g}-minute downstream outage at half of one poller's rate: "
-            f"drain rate vs {cu['pollers']} pollers' sustained rate", f">= {TARGETS['catchup_vs_pollers']:g}x, "
+            f"drain rate vs {cu['pollers']} pollers' backlog drain", f">= {TARGETS['catchup_vs_pollers']:g}x, "
             "0 keys out of order, 0 lost",
             None if cu.get("drain_vs_reference") is None else
             f"{cu['drain_vs_reference']:.2f}x; {cu['check']['keys_out_of_order']} out of order, "
@@ -1030,31 +1031,43 @@ def scaling_lines(results: dict[str, Any]) -> list[str]:
                    f"batch {pol['batch_size']:,}; producer processes commit for {_fmt(pol['seconds'])} s, each over "
                    f"{pol['keys_per_producer']} ordering keys of its own; a rate is sustained when the lag p99 "
                    f"stays within {pol['lag_p99_limit_ms']:g} ms and everything is delivered within 5 s of the "
-                   f"producers' end; searched up by 1.5 x from {pol['start_rate']:,}/s, then halving, at most "
-                   f"{pol['max_runs']} rates per count; CPU in cores while the producers ran: the bench database's "
-                   f"PostgreSQL backends (the relay's, all) and the whole machine{_held(pol)}{_when(pol)}):")
+                   f"producers' end; searched up by 1.5 × from {pol['start_rate']:,}/s, then halving, at most "
+                   f"{pol['max_runs']} rates per count; then, per count, a backlog of {pol.get('backlog', 0):,} "
+                   f"keyed messages waiting when the pollers start, producers offering 50 msg/s: entries written "
+                   f"per second from the backlog's first to its last; CPU in cores while the producers ran: the "
+                   f"bench database's PostgreSQL backends (the relay's, all) and the whole machine"
+                   f"{_held(pol)}{_when(pol)}):")
         out.append("")
-        out.append("| pollers | offered msg/s | delivered msg/s | lag p50 ms | p99 ms | PostgreSQL cores: relay "
-                   "| all | machine busy cores | keys out of order | lost | duplicates | sustained |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        out.append("| pollers | offered msg/s | committed msg/s | delivered msg/s | lag p50 ms | p99 ms "
+                   "| PostgreSQL cores: relay | all | machine busy cores | keys out of order | lost | duplicates "
+                   "| sustained |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for c in pol["counts"]:
-            for r in c["runs"]:
+            drain = c.get("drain") or {}
+            for r in c["runs"] + ([drain["run"]] if drain.get("run") else []):
                 cpu = r.get("cpu_cores") or {}
-                out.append(f"| {c['pollers']} | {r['offered_per_second']:,} | {_rate(r['delivered_per_second'])} "
+                offered = f"{r['offered_per_second']:,}" if r is not drain.get("run") else \
+                    f"backlog {drain['messages']:,}: drained at {_rate(drain['drain_per_second'])}/s"
+                verdict = ("yes" if r["sustained"] else f"no: {r.get('not_sustained') or 'not sustained'}") \
+                    if r is not drain.get("run") else "–"
+                out.append(f"| {c['pollers']} | {offered} | {_rate(r.get('sent_per_second'))} "
+                           f"| {_rate(r['delivered_per_second'])} "
                            f"| {_fmt(r['lag_ms']['p50'])} | {_fmt(r['lag_ms']['p99'])} "
                            f"| {_fmt(cpu.get('postgresql_relay'))} | {_fmt(cpu.get('postgresql_all'))} "
                            f"| {_fmt(cpu.get('machine_busy'))} of {_fmt(cpu.get('machine_cores'))} "
-                           f"| {_fmt(r['keys_out_of_order'])} | {r['lost']} | {r['duplicates']} "
-                           f"| {'yes' if r['sustained'] else 'no'} |")
+                           f"| {_fmt(r['keys_out_of_order'])} | {r['lost']} | {r['duplicates']} | {verdict} |")
         out.append("")
         out.append("Sustained: " + "; ".join(
             f"{c['pollers']} poller{'s' if c['pollers'] > 1 else ''} {_rate(c['sustained_per_second'])} msg/s"
             + (f" ({c['vs_one']:.2f} × one)" if c.get("vs_one") and c["pollers"] > 1 else "")
-            for c in pol["counts"]) + ".")
+            for c in pol["counts"]) + ". Backlog drained: " + "; ".join(
+            f"{c['pollers']} poller{'s' if c['pollers'] > 1 else ''} {_rate(c['drain']['drain_per_second'])} msg/s"
+            + (f" ({c['drain']['vs_one']:.2f} × one)" if c["drain"].get("vs_one") and c["pollers"] > 1 else "")
+            for c in pol["counts"] if c.get("drain")) + ".")
         out.append("")
     cu = results.get("catchup")
     if cu and "skipped" not in cu:
-        ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']}-poller sustained rate, "
+        ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']} pollers' backlog drain, "
                f"{_rate(cu['reference_per_second'])} msg/s, of {cu['reference_from']}"
                if cu.get("drain_vs_reference") else "no pollers section to compare with")
         check = cu["check"]

@@ -55,15 +55,21 @@ def sustained(run: dict[str, Any]) -> bool:
 
 def _summary(run: dict[str, Any]) -> dict[str, Any]:
     """What the figures keep of a run (not its timeline)."""
-    keep = ("offered_per_second", "seconds", "producers", "sent", "delivered", "delivered_per_second",
+    keep = ("offered_per_second", "seconds", "producers", "sent", "sent_per_second", "delivered",
+            "delivered_per_second",
             "drained_seconds_after_producer", "lag_ms", "duplicates", "lost", "pollers", "keys_per_producer",
             "cpu_cores", "poller_seconds_per_second", "invocations", "first_error", "check")
-    return {k: run.get(k) for k in keep} | {"sustained": sustained(run),
+    p99 = run["lag_ms"]["p99"]
+    why = None if sustained(run) else (
+        "producers behind" if run["sent"] < 0.98 * run["offered_per_second"] * run["seconds"] else
+        f"lag p99 above {LAG_P99_MS:g} ms" if p99 is None or p99 > LAG_P99_MS else
+        "not drained within 5 s" if not run["sustained"] else "check failed")
+    return {k: run.get(k) for k in keep} | {"sustained": why is None, "not_sustained": why,
                                              "keys_out_of_order": run["check"].get("order_violations")}
 
 
 def run_pollers(env: BenchEnv, *, counts: list[int], start_rate: int, seconds: float, max_runs: int,
-                model: SchedulerModel, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
+                backlog: int, model: SchedulerModel, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
     rng = random.Random(model.seed)
     results = []
     rate = start_rate
@@ -90,17 +96,44 @@ def run_pollers(env: BenchEnv, *, counts: list[int], start_rate: int, seconds: f
         top = max((r for r in runs if r["sustained"]), key=lambda r: r["offered_per_second"], default=None)
         results.append({"pollers": n, "sustained_per_second": top["delivered_per_second"] if top else None,
                         "sustained_offered_per_second": top["offered_per_second"] if top else None,
-                        "cpu_cores_at_sustained": top["cpu_cores"] if top else None, "runs": runs})
+                        "cpu_cores_at_sustained": top["cpu_cores"] if top else None, "runs": runs,
+                        "drain": _backlog_drain(env, n, backlog, model, rng, batch_size, streams)})
         rate = int((top["offered_per_second"] if top else rate) * STEP)
     r1 = results[0]["sustained_per_second"]
+    d1 = results[0]["drain"]["drain_per_second"]
     for r in results:
         r["vs_one"] = round(r["sustained_per_second"] / r1, 3) if r1 and r["sustained_per_second"] else None
+        d = r["drain"]["drain_per_second"]
+        r["drain"]["vs_one"] = round(d / d1, 3) if d and d1 else None
     return {"lag_p99_limit_ms": LAG_P99_MS, "keys_per_producer": KEYS, "batch_size": batch_size,
             "seconds": seconds, "max_runs": max_runs, "start_rate": start_rate, "r1_per_second": r1,
-            "counts": results,
-            "check": {"ok": all(x["check"]["ok"] for r in results for x in r["runs"]),
-                      "keys_out_of_order": sum(x["keys_out_of_order"] or 0 for r in results for x in r["runs"]),
-                      "lost": sum(x["lost"] for r in results for x in r["runs"])}}
+            "backlog": backlog, "counts": results,
+            "check": {"ok": all(x["check"]["ok"] for r in results for x in (*r["runs"], r["drain"]["run"])),
+                      "keys_out_of_order": sum(x["keys_out_of_order"] or 0 for r in results
+                                               for x in (*r["runs"], r["drain"]["run"])),
+                      "lost": sum(x["lost"] for r in results for x in (*r["runs"], r["drain"]["run"]))}}
+
+
+def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, rng: random.Random,
+                   batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
+    """`n` pollers draining `backlog` keyed messages that wait when they start, producers
+    offering a trickle meanwhile: the pollers' drain rate, with no producer to keep up with."""
+    run = _one_rate(env, 50, 5.0, model, rng, batch_size, streams, None, pollers=n, keys=KEYS, backlog=backlog)
+    with env.engine.connect() as conn:
+        first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
+    span = (last_ms - first_ms) / 1000 if written else None
+    return {"messages": backlog, "seconds": round(span, 2) if span else None,
+            "drain_per_second": round(written / span, 1) if span else None, "run": _summary(run)}
+
+
+# Every entry written from the backlog's first to its last, per second (the trickle's among them).
+_BACKLOG = """
+    WITH d AS (SELECT split_part(delivery_ref, '-', 1)::float8 AS entry_ms,
+                      EXTRACT(EPOCH FROM created_at)::float8 * 1000 AS created_ms
+                 FROM outbox_message WHERE status = 'delivered'),
+         b AS (SELECT min(entry_ms) AS first_ms, max(entry_ms) AS last_ms FROM d WHERE created_ms < :began)
+    SELECT b.first_ms, b.last_ms, (SELECT count(*) FROM d WHERE entry_ms BETWEEN b.first_ms AND b.last_ms) FROM b
+"""
 
 
 def run_catchup(env: BenchEnv, *, r1: float, reference: float | None, reference_from: str | None, pollers: int,
