@@ -14,8 +14,8 @@ producer its own, checked in the stream every run.
   PostgreSQL's CPU (the bench database's backends) and the machine's are recorded
   per run, so where PostgreSQL saturates shows.
 - `run_catchup`: the relay delivers to a Redis server of the bench's own, which is
-  killed for `outage` seconds (its append-only file, fsynced each write, keeps
-  what was delivered) while producers offer half of R1; then the backlog drains
+  killed for `outage` seconds (its append-only file, written before each reply,
+  keeps what was delivered: the kernel holds it when the process dies) while producers offer half of R1; then the backlog drains
   with the producers still offering. The drain rate (entries written from the
   restart until the lag of new commits is back to normal) is compared with the
   pollers' sustained rate.
@@ -144,7 +144,7 @@ def run_catchup(env: BenchEnv, *, r1: float, reference: float | None, reference_
     tail = max(tail_at_least, outage * rate / max(1.0, (reference or 2 * rate) - rate) * 2)
     with tempfile.TemporaryDirectory(prefix="outbox-bench-catchup-") as workdir:
         try:
-            node = RedisNode(Path(workdir), "--appendonly", "yes", "--appendfsync", "always").start()
+            node = RedisNode(Path(workdir), "--appendonly", "yes", "--appendfsync", "no").start()
         except MissingServer as exc:
             return {"skipped": str(exc)}
         own = dataclasses.replace(env, servers=dataclasses.replace(env.servers, redis_url=node.url, _cleanup=[]),
