@@ -118,7 +118,8 @@ def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, r
                    batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
     """`n` pollers draining `backlog` keyed messages that wait when they start, producers
     offering a trickle meanwhile: the pollers' drain rate, with no producer to keep up with."""
-    run = _one_rate(env, 50, 5.0, model, rng, batch_size, streams, None, pollers=n, keys=KEYS, backlog=backlog)
+    run = _one_rate(env, 50, 5.0, model, rng, batch_size, streams, None, pollers=n, keys=KEYS, backlog=backlog,
+                    drain_limit=600.0)
     with env.engine.connect() as conn:
         first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
     span = (last_ms - first_ms) / 1000 if written else None
