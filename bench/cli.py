@@ -379,7 +379,8 @@ def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, An
                   f"{result['outage_seconds']:g} s: {result['backlog_at_restart']:,} waiting at the restart, drained "
                   f"in {result['backlog_drained_seconds']} s at {_fmt_rate(result['drain_per_second'])}/s "
                   f"({result['drain_vs_reference'] or '–'}x {n} pollers' backlog drain); lag normal again "
-                  f"after {result['caught_up_after_seconds']} s; {result['check']['keys_out_of_order']} keys out "
+                  f"after {result['caught_up_after_seconds'] or '(not while the producers ran)'} s; "
+                  f"{result['check']['keys_out_of_order']} keys out "
                   f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
     return result
 

@@ -1079,10 +1079,15 @@ def scaling_lines(results: dict[str, Any]) -> list[str]:
                    f"{_fmt(cu['tail_seconds'])} s after it{_held(cu)}{_when(cu)}): "
                    f"{_fmt(cu['delivered_during_outage'])} delivered during the outage, "
                    f"{cu['backlog_at_restart']:,} waiting at the restart, drained in "
-                   f"{_fmt(cu['backlog_drained_seconds'])} s at {_rate(cu['drain_per_second'])} msg/s ({ref}); the "
-                   f"lag p99 of new commits back within {_fmt(cu['normal_lag_p99_ms'])} ms "
-                   f"{_fmt(cu['caught_up_after_seconds'])} s after the restart; {check['keys_out_of_order']} keys out "
-                   f"of order, {check['lost']} lost, {check['duplicates']} duplicates.")
+                   f"{_fmt(cu['backlog_drained_seconds'])} s at {_rate(cu['drain_per_second'])} msg/s ({ref}); "
+                   + (f"the lag p99 of new commits back within {_fmt(cu['normal_lag_p99_ms'])} ms "
+                      f"{_fmt(cu['caught_up_after_seconds'])} s after the restart"
+                      if cu.get("caught_up_after_seconds") is not None else
+                      f"the lag of new commits not back to normal before the producers stopped, "
+                      f"{_fmt(cu['tail_seconds'])} s after the restart; the last message delivered "
+                      f"{_fmt(cu['latency_run'].get('drained_seconds_after_producer'))} s after they stopped")
+                   + f"; {check['keys_out_of_order']} keys out of order, {check['lost']} lost, "
+                   f"{check['duplicates']} duplicates.")
         out.append("")
     return out
 
