@@ -63,8 +63,8 @@ SERVER_SETTINGS = {"autovacuum": "on", "shared_buffers": "256MB", "max_wal_size"
 _ROWS = """
     SELECT g, CAST(:base AS bigint) + g AS seq, h,
            CASE WHEN CAST(:status AS text) = 'delivered'
-                THEN now() - interval '10 minutes'
-                     - make_interval(secs => CAST(:span AS float8) * (1 - g::float8 / CAST(:total AS bigint)))
+                THEN now() - interval '1 second'
+                     - make_interval(secs => CAST(:span AS float8) * (1 - (g - 0.5) / CAST(:total AS bigint)))
                 ELSE now() - interval '1 minute' END AS at
       FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g,
            LATERAL (SELECT md5(g::text || CAST(:salt AS text)) AS h) r
