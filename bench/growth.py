@@ -17,7 +17,8 @@ CHECKPOINT, and then:
   of the oldest day of history while a producer enqueues one message per transaction:
   time, WAL bytes (pg_current_wal_lsn before and after), dead rows left in the three
   tables (pg_stat_user_tables.n_dead_tup two seconds after, and whether autovacuum had
-  run by then) and the longest enqueue during the purge.
+  run by then), the longest enqueue during the purge, and then the VACUUM those dead rows
+  call for (time, WAL).
 
 Ratios compare the largest count with the smallest, measured in the same run.
 """
@@ -380,6 +381,12 @@ def measure_retention(env: BenchEnv) -> dict[str, Any]:
         engine.dispose()
     time.sleep(2.0)  # backends report their statistics within a second of going idle
     dead_after = _dead(env)
+    with env.engine.connect() as conn:  # the vacuum those dead rows call for, now rather than at autovacuum's pace
+        lsn = conn.execute(WAL_LSN).scalar_one()
+        started = time.perf_counter()
+        conn.execute(text("VACUUM " + ", ".join(TABLES)))
+        vacuum_seconds = time.perf_counter() - started
+        vacuum_wal = conn.execute(WAL_BYTES, {"lsn": lsn}).scalar_one()
     return {
         "window_days": DAYS, "due": due, "purged": result.delivered, "batches": result.batches,
         "rows_before": before, "rows_after": after, "seconds": round(seconds, 2), "wal_bytes": wal,
@@ -387,8 +394,10 @@ def measure_retention(env: BenchEnv) -> dict[str, Any]:
         "dead_rows": {t: dead_after[t][0] for t in TABLES},
         "dead_rows_before": {t: dead_before[t][0] for t in TABLES},
         "autovacuum_ran": {t: dead_after[t][1] > dead_before[t][1] for t in TABLES},
+        "vacuum_seconds": round(vacuum_seconds, 2), "vacuum_wal_bytes": vacuum_wal,
         "producer": {"enqueues": len(during), **(_spread(during) if during else {})},
-        "ok": result.delivered == due > 0 and result.complete and after == before + len(during) - due,
+        # rows keep ageing past the window while the purge runs
+        "ok": result.delivered >= due > 0 and result.complete and after == before + len(during) - result.delivered,
     }
 
 

@@ -691,7 +691,7 @@ def growth_table(growth: dict[str, Any]) -> list[str]:
 def retention_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: the oldest day purged, its time, WAL, dead rows and the producer's wait."""
     out = ["| delivered rows | purged | seconds | WAL MiB (bytes per row) | dead rows after (before) | autovacuum ran by then "
-           "| producer enqueue p99 / longest ms |", "|---:|---:|---:|---:|---|---|---:|"]
+           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL MiB |", "|---:|---:|---:|---:|---|---|---:|---:|"]
     for c in growth["cases"]:
         r = c["retention"]
         dead = " / ".join(f"{n:,} ({r['dead_rows_before'][t]:,})" for t, n in sorted(r["dead_rows"].items()))
@@ -699,7 +699,7 @@ def retention_table(growth: dict[str, Any]) -> list[str]:
         p = r["producer"]
         out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_mib(r['wal_bytes'])} "
                    f"({_fmt(r['wal_bytes_per_row'])}) | {dead} | {ran} | {_fmt(p.get('p99_ms'))} / "
-                   f"{_fmt(p.get('max_ms'))} |")
+                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_mib(r.get('vacuum_wal_bytes') or 0)} |")
     return out
 
 

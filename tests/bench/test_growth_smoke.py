@@ -44,14 +44,14 @@ def test_seeded_history_and_a_days_purge_on_the_bench_server(servers, redis_pref
             rows = conn.execute(text("SELECT message_id, created_at FROM outbox_message ORDER BY seq")).all()
         for message_id, created_at in rows:  # UUIDv7 of the row's own millisecond
             assert message_id.version == 7 and message_id.variant == uuid.RFC_4122
-            assert message_id.int >> 80 == int(created_at.timestamp() * 1000)
+            assert message_id.int >> 80 == round(created_at.timestamp() * 1000)
 
         result = growth.measure_retention(env)
 
         after = _counts(env)
         assert result["ok"] and result["due"] == result["purged"] == 200 and result["wal_bytes"] > 0
-        assert after["older_than_6_days"] == 0 and after["pending"] == 30
         enqueued = result["producer"]["enqueues"]  # the producer's messages, pending beside the seeded ones
+        assert after["older_than_6_days"] == 0 and after["pending"] == 30 + enqueued > 30
         assert after["delivered"] == 1200 and after["bodies"] == 1230 + enqueued
         assert after["history"] == 60  # the purged messages' history went with them
         assert result["dead_rows"]["outbox_message_body"] >= 200 or result["autovacuum_ran"]["outbox_message_body"]

@@ -40,7 +40,8 @@ def _growth_case(delivered: int, p99: float) -> dict:
             "retention": {"purged": delivered // 7, "seconds": 0.5, "wal_bytes": delivered * 100,
                           "wal_bytes_per_row": 700.0, "dead_rows": dict.fromkeys(tables, delivered // 7),
                           "dead_rows_before": zero, "autovacuum_ran": dict.fromkeys(tables, False),
-                          "producer": {"p99_ms": 3.0, "max_ms": 4.0}}}
+                          "producer": {"p99_ms": 3.0, "max_ms": 4.0}, "vacuum_seconds": 0.2,
+                          "vacuum_wal_bytes": 1000}}
 
 
 def synthetic_results() -> dict:
