@@ -685,6 +685,20 @@ def growth_table(growth: dict[str, Any]) -> list[str]:
                    f"{c['drain']['messages_per_second']:,.0f} |")
     out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth['enqueue_p99_ratio'])} p99 | "
                f"{_times(growth['drain_ratio'])} |")
+    small, large = growth["cases"][0], growth["cases"][-1]
+    rows = large["delivered"] - small["delivered"]
+    if rows > 0:
+        def grown(case: dict[str, Any], name: str) -> int:
+            return case["size"]["tables"][name]["table_bytes"] + case["size"]["tables"][name]["index_bytes"]
+
+        per_row = (large["size"]["total_bytes"] - small["size"]["total_bytes"]) / rows
+        seed = (large["seed_seconds"] - small["seed_seconds"]) / rows
+        parts = ", ".join(f"{name.removeprefix('outbox_').removeprefix('message_')} "
+                          f"{(grown(large, name) - grown(small, name)) / rows:,.0f}"
+                          for name in sorted(large["size"]["tables"]))
+        out += ["", f"A delivered row took {per_row:,.0f} bytes on disk with its indexes ({parts}) and "
+                f"{seed * 1e6:,.0f} µs of seeding: 10^8 rows {per_row * 1e8 / 2**30:,.0f} GiB and "
+                f"{seed * 1e8 / 3600:,.1f} h, 10^9 rows {per_row * 1e9 / 2**30:,.0f} GiB, at these rates."]
     return out
 
 
@@ -919,9 +933,10 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{growth['enqueues']:,} enqueues of one message, a drain of {growth['drain_messages']:,}; "
                    f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}{_when(growth)}):")
         out += [""] + growth_table(growth) + [""]
-        out.append(f"A day's retention with today's purge (`operations.purge`, batches of DELETE, the maintenance "
-                   f"function's path) while a producer enqueues one message per transaction; dead rows read "
-                   f"from `pg_stat_user_tables` two seconds after, per table (message / body / history):")
+        out.append("A day's retention with today's purge (`operations.purge`, batches of DELETE, the maintenance "
+                   "function's path) while a producer enqueues one message per transaction; dead rows read "
+                   "from `pg_stat_user_tables` two seconds after, per table (message / body / history), then "
+                   "the VACUUM they call for:")
         out += [""] + retention_table(growth) + [""]
         out += [plots.growth_figure(results).link(), ""]
     mem = results.get("memory")
