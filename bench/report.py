@@ -669,18 +669,18 @@ def _markdown_table(lines: list[str], title: str) -> Table:
     return t
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.1f}" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
 
 
 def growth_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: size on disk, claim and enqueue latency, drain rate."""
-    out = ["| delivered rows | on disk MiB (message / body / history, tables + indexes) | claim median / p99 ms "
+    out = ["| delivered rows | on disk (message / body / history, tables + indexes) | claim median / p99 ms "
            "| enqueue median / p99 ms | drain msg/s |", "|---:|---|---:|---:|---:|"]
     for c in growth["cases"]:
-        parts = " / ".join(_mib(t["table_bytes"] + t["index_bytes"]) for _, t in sorted(c["size"]["tables"].items()))
+        parts = " / ".join(_size(t["table_bytes"] + t["index_bytes"]) for _, t in sorted(c["size"]["tables"].items()))
         e = c["enqueue"]
-        out.append(f"| {c['delivered']:,} | {_mib(c['size']['total_bytes'])} ({parts}) | {c['median_ms']:.1f} / "
+        out.append(f"| {c['delivered']:,} | {_size(c['size']['total_bytes'])} ({parts}) | {c['median_ms']:.1f} / "
                    f"{c['p99_ms']:.1f} | {e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
                    f"{c['drain']['messages_per_second']:,.0f} |")
     out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth['enqueue_p99_ratio'])} p99 | "
@@ -704,16 +704,16 @@ def growth_table(growth: dict[str, Any]) -> list[str]:
 
 def retention_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: the oldest day purged, its time, WAL, dead rows and the producer's wait."""
-    out = ["| delivered rows | purged | seconds | WAL MiB (bytes per row) | dead rows after (before) | autovacuum ran by then "
-           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL MiB |", "|---:|---:|---:|---:|---|---|---:|---:|"]
+    out = ["| delivered rows | purged | seconds | WAL (bytes per row) | dead rows after (before) | autovacuum ran by then "
+           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL |", "|---:|---:|---:|---:|---|---|---:|---:|"]
     for c in growth["cases"]:
         r = c["retention"]
         dead = " / ".join(f"{n:,} ({r['dead_rows_before'][t]:,})" for t, n in sorted(r["dead_rows"].items()))
         ran = " / ".join(_fmt(v) for _, v in sorted(r["autovacuum_ran"].items()))
         p = r["producer"]
-        out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_mib(r['wal_bytes'])} "
+        out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_size(r['wal_bytes'])} "
                    f"({_fmt(r['wal_bytes_per_row'])}) | {dead} | {ran} | {_fmt(p.get('p99_ms'))} / "
-                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_mib(r.get('vacuum_wal_bytes') or 0)} |")
+                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_size(r.get('vacuum_wal_bytes') or 0)} |")
     return out
 
 
