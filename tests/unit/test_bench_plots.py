@@ -34,6 +34,7 @@ def _growth_case(delivered: int, p99: float) -> dict:
               for t in ("outbox_message", "outbox_message_body", "outbox_message_history")}
     zero = dict.fromkeys(tables, 0)
     return {"case": f"{delivered:,} delivered", "delivered": delivered, "rows": delivered + 100, "pending": 100,
+            "seed_seconds": delivered / 10_000,
             "median_ms": 1.0, "p99_ms": p99, "max_ms": p99 + 1, "plan": {"ok": True},
             "size": {"tables": tables, "total_bytes": delivered * 420},
             "enqueue": {"median_ms": 1.0, "p99_ms": 2.0}, "drain": {"messages_per_second": 5000.0},
