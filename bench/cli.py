@@ -83,7 +83,8 @@ class Config:
 
     def __init__(self, quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                  processes: str | None, streams: int, rates: str | None = None,
-                 latency_seconds: float | None = None, scheduler: dict[str, Any] | None = None) -> None:
+                 latency_seconds: float | None = None, scheduler: dict[str, Any] | None = None,
+                 delivered: list[int] | None = None) -> None:
         self.quick = quick
         self.n = n or (1_000 if quick else 50_000)
         self.batch_sizes = _ints(batch_sizes) if batch_sizes else [10, 100, 500, 1000, 5000]
@@ -115,10 +116,10 @@ class Config:
                             lead=3.0 if quick else 20.0, tail_at_least=10.0 if quick else 60.0, model=self.latency["model"], batch_size=1000)
         self.r1 = extra.get("r1")
         self.previous: dict[str, Any] = {}
-        self.growth = (dict(small=1_000, large=5_000, pending_small=200, pending_large=200, many_pending=2_000,
-                            claims=10, claim_batch=10) if quick else
-                       dict(small=10_000, large=1_000_000, pending_small=1_000, pending_large=1_000,
-                            many_pending=100_000, claims=500, claim_batch=100))
+        self.growth = (dict(delivered=delivered or [1_000, 5_000], pending=200, claims=10, claim_batch=10,
+                            enqueues=20, drain=200) if quick else
+                       dict(delivered=delivered or [10_000, 10_000_000], pending=1_000, claims=500, claim_batch=100,
+                            enqueues=1_000, drain=20_000))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
         self.aws = dict(n=n or (100 if quick else 3_000),
@@ -159,6 +160,19 @@ def scheduler_model(quick: bool, *, start_jitter: float = 0.0, missed_runs: floa
     return SchedulerModel(period=period or (3.0 if quick else 60.0), start_jitter=start_jitter,
                           missed_runs=missed_runs, cold_start=cold_start, reserved_concurrency=reserved_concurrency,
                           timeout=timeout, lease=lease, margin=margin, seed=seed)
+
+
+def _delivered(value: str | None) -> list[int] | None:
+    """`--delivered`: the growth section's counts of delivered rows."""
+    if value is None:
+        return None
+    try:
+        counts = _ints(value)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="'--delivered'") from None
+    if max(counts) > 100_000_000:
+        raise click.BadParameter(f"expected at most 100,000,000 rows, got {value!r}", param_hint="'--delivered'")
+    return counts
 
 
 def _memories(value: str | None) -> list[int]:
@@ -464,7 +478,11 @@ def _growth(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
 
     result = run_growth(env, **cfg.growth)
     for c in result["cases"]:
-        console.print(f"  {c['case']}: median {c['median_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
+        r = c["retention"]
+        console.print(f"  {c['case']}: claim p99 {c['p99_ms']:.2f} ms, enqueue p99 {c['enqueue']['p99_ms']:.2f} ms, "
+                      f"drain {c['drain']['messages_per_second']:,.0f} msg/s, {c['size']['total_bytes'] / 2**20:,.0f} "
+                      f"MiB; a day's purge: {r['purged']:,} rows in {r['seconds']:,.1f} s, "
+                      f"{r['wal_bytes'] / 2**20:,.1f} MiB WAL, {sum(r['dead_rows'].values()):,} dead rows")
     return result
 
 
@@ -589,6 +607,9 @@ def _common(f: Callable) -> Callable:
                      "each in turn; the results keep the template's memory and a summary of each."),
         click.option("--uncapped", is_flag=True,
                      help="Hold no process to Lambda's CPU share (the figures are labelled uncapped)."),
+        click.option("--delivered", default=None, metavar="N[,N...]",
+                     help="Growth: delivered rows present, one case each (default 10,000 and 10,000,000; "
+                     "quick 1,000 and 5,000; at most 100,000,000)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
@@ -614,10 +635,11 @@ def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
     def command(quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                 processes: str | None, rates: str | None, latency_seconds: float | None, streams: int,
                 database_name: str, prefix: str, keep: bool, out: Path, function_memory_mb: str | None,
-                uncapped: bool, **scheduler: Any) -> None:
+                uncapped: bool, delivered: str | None, **scheduler: Any) -> None:
         from .lambda_model import CpuCapError
 
-        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler)
+        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler,
+                     _delivered(delivered))
         try:
             merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
                                   out=out, console=_console(), memories=_memories(function_memory_mb),
@@ -677,7 +699,8 @@ _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlo
 _make("recovery", ("recovery",), "Recovery after a fleet-wide crash: 4 drain-mode invocations at once over 100,000 "
       "expired leases (or --n; 2,000 with --quick) vs the same over 100,000 fresh messages, in interleaved rounds; "
       "then with a poison message among them, which must die alone after exactly its attempts.")
-_make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
+_make("growth", ("growth",), "On a PostgreSQL of its own with autovacuum on, with 10,000 and 10,000,000 delivered "
+      "rows (--delivered): claim and enqueue p99, drain rate, size on disk, and a day's retention purge.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
 for _channel, _what in (("sqs", "SQS through moto (standard and FIFO queues)"),
