@@ -32,7 +32,7 @@ SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "pha
 #: The others measure what the share does not change (memory, instructions, SES's send rate
 #: against moto in this process, the feedback handler's recording).
 HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency",
-                 "recovery", "sqs", "sns", "eventbridge", "kinesis", "redis")
+                 "recovery", "sqs", "sns", "eventbridge", "kinesis", "redis", "pollers", "catchup")
 #: The template's bounds of FunctionMemoryMB.
 MEMORY_MB = (128, 10240)
 
@@ -83,7 +83,8 @@ class Config:
 
     def __init__(self, quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                  processes: str | None, streams: int, rates: str | None = None,
-                 latency_seconds: float | None = None, scheduler: dict[str, Any] | None = None) -> None:
+                 latency_seconds: float | None = None, scheduler: dict[str, Any] | None = None,
+                 delivered: list[int] | None = None) -> None:
         self.quick = quick
         self.n = n or (1_000 if quick else 50_000)
         self.batch_sizes = _ints(batch_sizes) if batch_sizes else [10, 100, 500, 1000, 5000]
@@ -100,10 +101,25 @@ class Config:
             model=scheduler_model(quick, **(scheduler or {})), producers=(scheduler or {}).get("producers"),
             batch_size=1000, idle_seconds=2.0 if quick else 10.0, idle_history=5_000 if quick else 100_000)
         self.streams = payloads.STREAMS[:max(1, min(streams, len(payloads.STREAMS)))]
-        self.growth = (dict(small=1_000, large=5_000, pending_small=200, pending_large=200, many_pending=2_000,
-                            claims=10, claim_batch=10) if quick else
-                       dict(small=10_000, large=1_000_000, pending_small=1_000, pending_large=1_000,
-                            many_pending=100_000, claims=500, claim_batch=100))
+        extra = scheduler or {}
+        try:
+            counts = _ints(extra["pollers"]) if extra.get("pollers") else [1, 2, 4]
+        except click.BadParameter as exc:
+            raise click.BadParameter(exc.message, param_hint="'--pollers'") from None
+        self.pollers = dict(counts=counts, start_rate=_ints(rates)[0] if rates else (100 if quick else 1000),
+                            seconds=latency_seconds or (5.0 if quick else 30.0),
+                            max_runs=extra.get("search_runs") or (1 if quick else 6),
+                            backlog=500 if quick else 60_000,
+                            model=self.latency["model"], batch_size=1000)
+        self.catchup = dict(pollers=max(counts), outage=60.0 * (extra.get("outage_minutes") or
+                                                                 (0.1 if quick else 15.0)),
+                            lead=3.0 if quick else 20.0, tail_at_least=10.0 if quick else 60.0, model=self.latency["model"], batch_size=1000)
+        self.r1 = extra.get("r1")
+        self.previous: dict[str, Any] = {}
+        self.growth = (dict(delivered=delivered or [1_000, 5_000], pending=200, claims=10, claim_batch=10,
+                            enqueues=20, drain=200) if quick else
+                       dict(delivered=delivered or [10_000, 10_000_000], pending=1_000, claims=500, claim_batch=100,
+                            enqueues=1_000, drain=20_000))
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
         self.aws = dict(n=n or (100 if quick else 3_000),
@@ -146,6 +162,19 @@ def scheduler_model(quick: bool, *, start_jitter: float = 0.0, missed_runs: floa
                           timeout=timeout, lease=lease, margin=margin, seed=seed)
 
 
+def _delivered(value: str | None) -> list[int] | None:
+    """`--delivered`: the growth section's counts of delivered rows."""
+    if value is None:
+        return None
+    try:
+        counts = _ints(value)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="'--delivered'") from None
+    if max(counts) > 100_000_000:
+        raise click.BadParameter(f"expected at most 100,000,000 rows, got {value!r}", param_hint="'--delivered'")
+    return counts
+
+
 def _memories(value: str | None) -> list[int]:
     """`--function-memory-mb`: one memory, or several for a sweep (default: the template's)."""
     from .lambda_model import template_function_memory_mb
@@ -178,6 +207,11 @@ def run_sections(cfg: Config, sections: list[str], *, database_name: str, prefix
     results: dict[str, Any] = {}
     sweep: list[dict[str, Any]] = []
     started = time.perf_counter()
+    if out.exists():  # what a section may take from an earlier run (catchup: the pollers' rates)
+        try:
+            cfg.previous = report.json.loads(out.read_text())
+        except ValueError:
+            cfg.previous = {}
     with BenchEnv.open(database_name=database_name, prefix=prefix, keep=keep) as env:
         results["machine"] = machine_info() | env.server_versions()
         results["command"] = "python -m bench " + " ".join(sys.argv[1:])
@@ -228,6 +262,8 @@ def _run_each(env: BenchEnv, cfg: Config, sections: list[str], run: str, console
         "instructions": lambda: _instructions(env, cfg, console),
         "phases": lambda: _phases(env, cfg, console),
         "redis": lambda: _redis(env, cfg, console),
+        "pollers": lambda: _pollers(env, cfg, console),
+        "catchup": lambda: _catchup(env, cfg, console, results),
     }
     for name in sections:
         console.print(f"[bold]{name}[/bold] …")
@@ -306,6 +342,60 @@ def _latency(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
     console.print(f"  idle: {idle['statements_per_poll']} statements and {idle['redis_round_trips_per_poll']} Redis "
                   f"round trips per poll, {idle['polls_per_second']} polls/s, "
                   f"{idle.get('registry_statements_per_second')} registry statements/s")
+    return result
+
+
+def _pollers(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
+    from .scaling import run_pollers
+
+    result = run_pollers(env, streams=cfg.streams, **cfg.pollers)
+    for c in result["counts"]:
+        for r in c["runs"]:
+            cpu = r["cpu_cores"] or {}
+            console.print(f"  {c['pollers']} poller{'s' if c['pollers'] > 1 else ''}, offered "
+                          f"{r['offered_per_second']:>6,}/s: delivered {r['delivered_per_second']:,.1f}/s, lag p99 "
+                          f"{r['lag_ms']['p99']} ms; PostgreSQL {cpu.get('postgresql_all')} cores, machine "
+                          f"{cpu.get('machine_busy')} of {cpu.get('machine_cores')}; {r['keys_out_of_order']} keys "
+                          f"out of order, {r['lost']} lost, {r['duplicates']} duplicates"
+                          f"{'' if r['sustained'] else ' (not sustained)'}")
+        d = c["drain"]
+        console.print(f"  {c['pollers']} poller{'s' if c['pollers'] > 1 else ''}: sustained "
+                      f"{_fmt_rate(c['sustained_per_second'])}/s ({c['vs_one'] or '–'}x one); a backlog of "
+                      f"{d['messages']:,} drained at {_fmt_rate(d['drain_per_second'])}/s ({d['vs_one'] or '–'}x one), "
+                      f"{d['run']['keys_out_of_order']} keys out of order, {d['run']['lost']} lost")
+    return result
+
+
+def _fmt_rate(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.0f}"
+
+
+def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, Any]) -> dict[str, Any]:
+    """The pollers' rates of this run, else of the results file, else `--r1` alone (no reference)."""
+    from .scaling import run_catchup
+
+    n = cfg.catchup["pollers"]
+    pollers, source = results.get("pollers"), "this run"
+    if not pollers and cfg.previous.get("pollers"):
+        pollers, source = cfg.previous["pollers"], f"the pollers section of {cfg.previous['pollers'].get('run')}"
+    counts = {c["pollers"]: c for c in (pollers or {}).get("counts", [])}
+    r1 = cfg.r1 or (counts.get(1) or {}).get("sustained_per_second")
+    if not r1:
+        raise click.ClickException("catchup needs one poller's sustained rate: run `python -m bench pollers` "
+                                   "first, or pass --r1")
+    reference = ((counts.get(n) or {}).get("drain") or {}).get("drain_per_second")
+    result = run_catchup(env, r1=r1, reference=reference, reference_from=source if reference else None,
+                         streams=cfg.streams, **cfg.catchup)
+    if "skipped" in result:
+        console.print(f"  skipped: {result['skipped']}")
+        return result
+    console.print(f"  {n} pollers, {result['offered_per_second']:,}/s offered, downstream down "
+                  f"{result['outage_seconds']:g} s: {result['backlog_at_restart']:,} waiting at the restart, drained "
+                  f"in {result['backlog_drained_seconds']} s at {_fmt_rate(result['drain_per_second'])}/s "
+                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' backlog drain); lag normal again "
+                  f"after {result['caught_up_after_seconds'] or '(not while the producers ran)'} s; "
+                  f"{result['check']['keys_out_of_order']} keys out "
+                  f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
     return result
 
 
@@ -388,7 +478,11 @@ def _growth(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
 
     result = run_growth(env, **cfg.growth)
     for c in result["cases"]:
-        console.print(f"  {c['case']}: median {c['median_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
+        r = c["retention"]
+        console.print(f"  {c['case']}: claim p99 {c['p99_ms']:.2f} ms, enqueue p99 {c['enqueue']['p99_ms']:.2f} ms, "
+                      f"drain {c['drain']['messages_per_second']:,.0f} msg/s, {c['size']['total_bytes'] / 2**20:,.0f} "
+                      f"MiB; a day's purge: {r['purged']:,} rows in {r['seconds']:,.1f} s, "
+                      f"{r['wal_bytes'] / 2**20:,.1f} MiB WAL, {sum(r['dead_rows'].values()):,} dead rows")
     return result
 
 
@@ -493,6 +587,17 @@ def _common(f: Callable) -> Callable:
         click.option("--producers", type=COUNT, default=None, metavar="N",
                      help="Latency: producer processes sharing the offered rate (default one per 500 msg/s, "
                      "at most 4)."),
+        click.option("--pollers", default=None, metavar="N[,N...]",
+                     help="Pollers: OUTBOX_POLLERS counts whose sustained rate is searched (default 1,2,4); "
+                     "catchup: the largest is the channel's pollers (default 4)."),
+        click.option("--search-runs", type=COUNT, default=None, metavar="N",
+                     help="Pollers: offered rates tried per count at most (default 6; quick 1); --rates gives "
+                     "the first (default 1,000)."),
+        click.option("--outage-minutes", type=_Number("a number of minutes", positive=True), default=None,
+                     metavar="MINUTES", help="Catchup: how long the downstream is down (default 15; quick 0.1)."),
+        click.option("--r1", type=_Number("messages per second", positive=True), default=None, metavar="MSG/S",
+                     help="Catchup: one poller's sustained rate (default: the pollers section of this run or of "
+                     "the results file); half of it is offered."),
         click.option("--seed", type=SEED, default=None, metavar="N",
                      help="Latency: seed of the scheduler's random draws (default: a new one, recorded)."),
         click.option("--function-memory-mb", default=None, metavar="MB[,MB...]",
@@ -502,6 +607,9 @@ def _common(f: Callable) -> Callable:
                      "each in turn; the results keep the template's memory and a summary of each."),
         click.option("--uncapped", is_flag=True,
                      help="Hold no process to Lambda's CPU share (the figures are labelled uncapped)."),
+        click.option("--delivered", default=None, metavar="N[,N...]",
+                     help="Growth: delivered rows present, one case each (default 10,000 and 10,000,000; "
+                     "quick 1,000 and 5,000; at most 100,000,000)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
@@ -527,10 +635,11 @@ def _make(name: str, sections: tuple[str, ...], help_text: str) -> None:
     def command(quick: bool, n: int | None, batch_sizes: str | None, baseline_n: int | None,
                 processes: str | None, rates: str | None, latency_seconds: float | None, streams: int,
                 database_name: str, prefix: str, keep: bool, out: Path, function_memory_mb: str | None,
-                uncapped: bool, **scheduler: Any) -> None:
+                uncapped: bool, delivered: str | None, **scheduler: Any) -> None:
         from .lambda_model import CpuCapError
 
-        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler)
+        cfg = Config(quick, n, batch_sizes, baseline_n, processes, streams, rates, latency_seconds, scheduler,
+                     _delivered(delivered))
         try:
             merged = run_sections(cfg, list(sections), database_name=database_name, prefix=prefix, keep=keep,
                                   out=out, console=_console(), memories=_memories(function_memory_mb),
@@ -575,6 +684,14 @@ _make("throughput", ("limit", "drain", "ordering", "batches"), "The minimal loop
       "batch mode in one run, so every throughput figure has its ratio to the same run's minimal loop.")
 _make("batches", ("limit", "batches"), "Batch mode (one batch per invocation) back to back, per batch size.")
 _make("baseline", ("baseline",), "The per-row worker this project replaces.")
+_make("pollers", ("pollers",), "Sustained latency-mode rate (lag p99 <= 500 ms) of 1, 2 and 4 pollers "
+      "(OUTBOX_POLLERS, or --pollers) held to Lambda's CPU, as ratios to one; PostgreSQL's CPU; per-key order "
+      "checked; not part of all.")
+_make("catchup", ("catchup",), "A downstream outage (the bench's own Redis killed for --outage-minutes, default 15) "
+      "under half of one poller's rate with ordering keys, then the backlog drained by --pollers (default 4): "
+      "drain rate vs the pollers' sustained rate, time until lag is normal, order, lost, duplicates; not part "
+      "of all.")
+_make("scaling", ("pollers", "catchup"), "pollers, then catchup, in one run (its ratios within it).")
 _make("compare", ("limit", "batches", "baseline"), "Batch mode per batch size and the per-row baseline, in one run.")
 _make("phases", ("phases",), "Where one invocation's time goes, step by step: batch 1,000 (or the largest "
       "of --batch-sizes), 20,000 messages (or --n; 2,000 with --quick).")
@@ -582,7 +699,8 @@ _make("concurrency", ("concurrency",), "1, 2, 4, 8 processes draining one backlo
 _make("recovery", ("recovery",), "Recovery after a fleet-wide crash: 4 drain-mode invocations at once over 100,000 "
       "expired leases (or --n; 2,000 with --quick) vs the same over 100,000 fresh messages, in interleaved rounds; "
       "then with a poison message among them, which must die alone after exactly its attempts.")
-_make("growth", ("growth",), "Claim latency with 10,000 vs 1,000,000 rows and 100,000 pending; plans.")
+_make("growth", ("growth",), "On a PostgreSQL of its own with autovacuum on, with 10,000 and 10,000,000 delivered "
+      "rows (--delivered): claim and enqueue p99, drain rate, size on disk, and a day's retention purge.")
 _make("memory", ("memory",), "Peak resident memory of one invocation per batch size.")
 _make("ses", ("ses",), "SES through moto: sends per second against MaxSendRate.")
 for _channel, _what in (("sqs", "SQS through moto (standard and FIFO queues)"),

@@ -34,13 +34,13 @@ import random
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from . import lambda_model, payloads
-from .env import BenchEnv
+from .env import BenchEnv, is_local_backend, process_cpu_seconds
 from .lambda_model import (
     FUNCTION_NAME,
     MAX_EVENT_AGE_SECONDS,
@@ -76,8 +76,10 @@ def producers_for(rate: int) -> int:
 
 
 def _producer(database_url: str, rate: float, seconds: float, prefix: str, streams: tuple[str, ...], seed: int,
-              ready: Any, go: Any, out: Any) -> None:
-    """Commit messages at `rate` per second for `seconds`, in small transactions."""
+              keys: int | None, ready: Any, go: Any, out: Any) -> None:
+    """Commit messages at `rate` per second for `seconds`, in small transactions; with
+    `keys`, the i-th message takes key i mod `keys` of this producer's own (no other
+    producer commits to them, so their enqueue order is their commit order)."""
     from outbox_relay.ids import uuid7
     from outbox_relay.producer import enqueue_events_bulk
 
@@ -100,7 +102,8 @@ def _producer(database_url: str, rate: float, seconds: float, prefix: str, strea
                 due = int(rate * elapsed) + 1 - sent
                 behind_max = max(behind_max, due)
                 if due > 0:
-                    batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7())
+                    batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7(),
+                                  key=None if keys is None else f"p{seed}.{(sent + i) % keys}")
                              for i in range(min(due, _PER_TRANSACTION))]
                     with conn.begin():
                         enqueue_events_bulk(conn, batch)
@@ -214,19 +217,28 @@ def _reset(env: BenchEnv) -> None:
 
 
 def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, rng: random.Random,
-              batch_size: int, streams: tuple[str, ...], producers: int | None) -> dict[str, Any]:
+              batch_size: int, streams: tuple[str, ...], producers: int | None, *, pollers: int = 1,
+              keys: int | None = None, during: Callable[[float], None] | None = None,
+              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0) -> dict[str, Any]:
+    """One offered rate. `pollers` sets OUTBOX_POLLERS, and the first slot starts one run
+    per poller slot (as that many periods of the schedule would), with the reserved
+    concurrency the template derives (2 per poller + 1) if the model's is lower; `keys`
+    ordering keys per producer, checked in the stream; `during(began)` runs in a thread
+    once the producers began (epoch seconds); `backlog` messages (over `keys` keys) wait
+    when the first poller starts (enqueued once the containers are warm)."""
     _reset(env)
     ctx = mp.get_context("spawn")
     n_producers = producers or producers_for(rate)
-    n_containers = max(_MIN_CONTAINERS, model.reserved_concurrency + 1)
+    reserved = max(model.reserved_concurrency, 2 * pollers + 1)
+    n_containers = max(_MIN_CONTAINERS, reserved + 1)
     commands = [ctx.Queue() for _ in range(n_containers)]
     reports = ctx.Queue()
-    lam = LocalLambda(commands, timeout=model.timeout, cold_start=model.cold_start,
-                      reserved=model.reserved_concurrency)
+    lam = LocalLambda(commands, timeout=model.timeout, cold_start=model.cold_start, reserved=reserved)
     api = InvokeApi(lambda event: lam.invoke_async(event, "self-invoke"), _refused(lam))
     env_extra = {"OUTBOX_MODE": "latency", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": f"{model.timeout:g}",
                  "OUTBOX_LEASE_SECONDS": f"{model.lease:g}", "OUTBOX_DEADLINE_MARGIN_SECONDS": f"{model.margin:g}",
-                 "OUTBOX_METRICS_INTERVAL_SECONDS": "10", "OUTBOX_SELF_INVOKE": "true"} | aws_environment(api.url)
+                 "OUTBOX_METRICS_INTERVAL_SECONDS": "10", "OUTBOX_SELF_INVOKE": "true",
+                 "OUTBOX_POLLERS": str(pollers)} | aws_environment(api.url)
     ready = ctx.Semaphore(0)
     go = ctx.Event()
     produced = ctx.Queue()
@@ -234,7 +246,8 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
                                                        batch_size, ready, commands[i], reports), daemon=True)
                   for i in range(n_containers)]
     producer_processes = [ctx.Process(target=_producer, args=(env.database_url, rate / n_producers, seconds,
-                                                              env.prefix, streams, 6 + i, ready, go, produced),
+                                                              env.prefix, streams, 6 + i, keys, ready, go,
+                                                              produced),
                                       daemon=True) for i in range(n_producers)]
     stop = threading.Event()
     crashed: list[str] = []
@@ -247,6 +260,9 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
         for _ in range(n_containers + n_producers):
             if not ready.acquire(timeout=600):
                 raise RuntimeError("a latency-bench process did not start within 600 s")
+        if backlog:
+            env.enqueue(backlog, streams=streams, keys=keys)
+            env.vacuum_analyze()
 
         def collect() -> None:
             while not stop.is_set():
@@ -269,7 +285,10 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
             for slot in slots:
                 if stop.wait(max(0.0, t0 + slot.start - time.time())):
                     return
-                if not slot.missed:
+                if slot.index == 0 and pollers > 1:
+                    for k in range(pollers):
+                        lam.invoke_async(schedule_event(t0 + slot.at) | {"slot": k}, "schedule", slot.index)
+                elif not slot.missed:
                     lam.invoke_async(schedule_event(t0 + slot.at), "schedule", slot.index)
 
         threads = [threading.Thread(target=collect, daemon=True), threading.Thread(target=schedule, daemon=True)]
@@ -278,14 +297,24 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
         first = next(s for s in slots if s.index == 0)
         if not lam.first_began.wait(timeout=first.start + model.cold_start + 120) or crashed:
             raise RuntimeError(f"the first invocation did not start: {crashed[0] if crashed else 'timed out'}")
-        time.sleep(_SETTLE)  # the first poller is polling before the first commit
+        while sum(1 for i in lam.invocations if i.began is not None) < pollers and not crashed:
+            if time.time() > t0 + first.start + model.cold_start + 120:
+                raise RuntimeError(f"fewer than {pollers} pollers started within 120 s")
+            time.sleep(0.05)
+        time.sleep(_SETTLE)  # the first pollers are polling before the first commit
+        cpu = _CpuSampler(env)
         go.set()
+        cpu.start()
+        if during is not None:
+            threads.append(threading.Thread(target=during, args=(time.time(),), daemon=True))
+            threads[-1].start()
         outcomes = [produced.get(timeout=seconds + 600) for _ in producer_processes]
+        cpu.stop()
         failed = [o["error"] for o in outcomes if o["error"]]
         if failed:
             raise RuntimeError(f"a producer failed: {failed[0]}")
         sent = sum(o["sent"] for o in outcomes)
-        drained_after = _wait_drained(env, sent, limit=_DRAIN_LIMIT)
+        drained_after = _wait_drained(env, sent + backlog, limit=drain_limit)
         if crashed:
             raise RuntimeError(f"a relay container failed: {crashed[0]}")
         # Read the registry while the last pollers still renew their registrations.
@@ -304,7 +333,80 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
             p.join(timeout=10)
         for p in containers:
             lambda_model.release(p)
-    return _measure(env, rate, seconds, outcomes, drained_after, model, t0, slots, lam, registry, stopped_at)
+    run = _measure(env, rate, seconds, outcomes, drained_after, model, t0, slots, lam, registry, stopped_at,
+                   backlog)
+    run |= {"pollers": pollers, "keys_per_producer": keys, "cpu_cores": cpu.result()}
+    if keys is not None:
+        from .ordering import key_order
+
+        order = key_order(env)
+        run["order"] = order
+        run["check"]["order_violations"] = order["order_violations"]
+        run["check"]["ok"] = run["check"]["ok"] and order["order_violations"] == 0
+    return run
+
+
+class _CpuSampler:
+    """Cores used while the producers run: the bench database's PostgreSQL backends
+    (the relay's, named outbox-relay, and all) and the whole machine, sampled each
+    second from /proc (a backend's CPU counts from its first sample to its last)."""
+
+    def __init__(self, env: BenchEnv) -> None:
+        self.env = env
+        self.first: dict[int, tuple[str, float]] = {}
+        self.last: dict[int, float] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.began = self.ended = 0.0
+        self.machine0 = self.machine1 = (0.0, 0.0)
+
+    @staticmethod
+    def _machine() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            ticks = [float(v) for v in f.readline().split()[1:]]
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # busy, total (idle and iowait excluded)
+
+    def _sample(self) -> None:
+        with self.env.engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT pid, application_name, EXTRACT(EPOCH FROM backend_start)::float8 FROM pg_stat_activity "
+                "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": self.env.database_name}).all()
+        for pid, name, started in rows:
+            if pid not in self.first and not is_local_backend(pid, started):
+                continue
+            used = process_cpu_seconds(pid)
+            if used is not None:
+                self.first.setdefault(pid, (name, used))
+                self.last[pid] = used
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            try:
+                self._sample()
+            except Exception:  # a sample missed; the next one counts
+                pass
+            self.done.wait(1.0)
+
+    def start(self) -> None:
+        self.began, self.machine0 = time.time(), self._machine()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
+        self.ended, self.machine1 = time.time(), self._machine()
+
+    def result(self) -> dict[str, Any]:
+        wall = self.ended - self.began
+        if wall <= 0:
+            return {}
+        used = {pid: self.last[pid] - first for pid, (_, first) in self.first.items()}
+        relay = sum(v for pid, v in used.items() if self.first[pid][0] == "outbox-relay")
+        busy = self.machine1[0] - self.machine0[0]
+        total = self.machine1[1] - self.machine0[1]
+        return {"postgresql_relay": round(relay / wall, 3), "postgresql_all": round(sum(used.values()) / wall, 3),
+                "machine_busy": round(busy / total * (os.cpu_count() or 1), 3) if total else None,
+                "machine_cores": os.cpu_count(), "seconds": round(wall, 1)}
 
 
 def _refused(lam: LocalLambda) -> Any:
@@ -374,7 +476,7 @@ _LAG_PER_SECOND = _DELIVERED + """
 
 def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, Any]], drained_after: float | None,
              model: SchedulerModel, t0: float, slots: list[Any], lam: LocalLambda,
-             registry: list[dict[str, Any]] | None, stopped_at: float) -> dict[str, Any]:
+             registry: list[dict[str, Any]] | None, stopped_at: float, backlog: int = 0) -> dict[str, Any]:
     lo = min(o["began"] for o in outcomes)
     hi = max(o["ended"] for o in outcomes)
     wall = hi - lo
@@ -443,13 +545,14 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
                 for i in invocations]
     return {
         "offered_per_second": rate,
+        "began_at": lo,
         "seconds": round(offered_seconds, 1),
         "producers": len(outcomes),
         "sent": sent,
         "sent_per_second": round(sent / offered_seconds, 1) if offered_seconds else None,
         "producer_max_behind": max(o["max_behind"] for o in outcomes),
         "delivered": n,
-        "delivered_per_second": round(n / offered_seconds, 1) if offered_seconds else None,
+        "delivered_per_second": round((n - backlog) / offered_seconds, 1) if offered_seconds else None,
         "drained_seconds_after_producer": drained_after,
         "handovers": max(0, len(begun) - 1),
         "lag_ms": spread(e50, e99, emax, emean),
@@ -468,7 +571,7 @@ def _measure(env: BenchEnv, rate: int, seconds: float, outcomes: list[dict[str, 
         "timeline": timeline,
         "check": {"rows_delivered": n, "stream_entries": len(stream_ids), "distinct_ids": len(distinct),
                   "duplicates": duplicates, "lost": lost, "invocation_errors": len(errors),
-                  "ok": n == sent == len(distinct) and duplicates == 0 and lost == 0 and not errors
+                  "ok": n == sent + backlog == len(distinct) and duplicates == 0 and lost == 0 and not errors
                   and lam.refused == 0},
     }
 

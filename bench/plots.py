@@ -59,7 +59,7 @@ def concurrency_figure(results: dict[str, Any]) -> Figure:
 
 
 def growth_figure(results: dict[str, Any]) -> Figure:
-    return Figure("claim-time-as-the-table-grows.png", "Claim time as the table grows",
+    return Figure("claim-time-as-the-table-grows.png", "Claim time as delivered history grows",
                   lambda plt: _draw_growth(plt, results["growth"]))
 
 
@@ -260,9 +260,9 @@ def _draw_growth(plt: Any, section: dict[str, Any]) -> Any:
             continue
         bars = ax.bar([x + (k - 1) * width for x in xs], values, width, label=label, color=colour)
         _bar_labels(ax, bars, "{:.1f}")
-    ax.set_xticks(list(xs), [f"{c['rows']:,} rows\n{c['pending']:,} of them pending" for c in cases])
-    ax.set_xlabel("the table at each case's claims")
-    ax.set_title(f"Claim time as the table grows: {section['claims']} claims of {section['claim_batch']} "
+    ax.set_xticks(list(xs), [f"{c['delivered']:,} delivered\n{c['pending']:,} pending" for c in cases])
+    ax.set_xlabel("rows present at each case's claims")
+    ax.set_title(f"Claim time as delivered history grows: {section['claims']} claims of {section['claim_batch']} "
                  "per case", loc="left")
     ax.set_ylabel("claim statement, ms")
     ax.set_ylim(0, max(max(c.get("max_ms") or c["p99_ms"], c["p99_ms"]) for c in cases) * 1.2)

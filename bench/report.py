@@ -28,7 +28,8 @@ TARGETS = {
     "ordering_100_keys_vs_keyless": 0.5,
     "ordering_two_vs_one_10000_keys": 1.5,
     "idle_statements_per_poll": 1.0,
-    "claim_p99_growth_1m_vs_10k": 1.5,
+    "claim_p99_growth": 1.2,
+    "enqueue_p99_growth": 1.2,
     "peak_rss_mb_batch_5000": 256,
     "ses_fraction_of_max_send_rate": 0.90,
     "redis_cluster_vs_single": 0.7,
@@ -36,6 +37,9 @@ TARGETS = {
     "redis_failover_missing": 0,
     "redis_failover_duplicates": 0,
     "recovery_vs_drain": 2.0,
+    "pollers_2_vs_1": 1.8,
+    "pollers_4_vs_1": 3.2,
+    "catchup_vs_pollers": 0.9,
 }
 
 
@@ -179,11 +183,12 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             "same count at every batch size",
             {"statements": stmts, "redis": trips}, flat)
     growth = results.get("growth", {})
-    g = growth.get("p99_ratio_1m_vs_10k")
-    add("Claim p99 at 1,000,000 rows vs 10,000", f"<= {TARGETS['claim_p99_growth_1m_vs_10k']:g}x",
-        None if g is None else f"{g:g}x (median {growth.get('median_ratio_1m_vs_10k'):g}x)",
-        None if g is None else g <= TARGETS["claim_p99_growth_1m_vs_10k"])
-    if growth:
+    if growth.get("cases"):
+        small, large = growth["cases"][0]["delivered"], growth["cases"][-1]["delivered"]
+        for what, key in (("Claim", "claim_p99_ratio"), ("Enqueue", "enqueue_p99_ratio")):
+            g, goal = growth.get(key), TARGETS[what.lower() + "_p99_growth"]
+            add(f"{what} p99 with {large:,} delivered rows vs {small:,}", f"<= {goal:g}x",
+                None if g is None else f"{g:g}x", None if g is None else g <= goal)
         add("Claim plan uses the partial indexes in every case", "both branches on their index, no Seq Scan",
             growth.get("plans_ok"), growth.get("plans_ok"))
     memory = {m["batch_size"]: m for m in results.get("memory", {}).get("runs", [])}
@@ -240,6 +245,29 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"dead after {c['poison_attempts']} of {c['max_attempts']} attempts, {c['invocations_killed']} "
             f"invocations killed; other dead {c['other_dead']}, lost {c['lost']}, duplicates {c['duplicates']}",
             c["ok"])
+    pol = results.get("pollers") or {}
+    for c in pol.get("counts", []):
+        goal = TARGETS.get(f"pollers_{c['pollers']}_vs_1")
+        if goal is None:
+            continue
+        cpu = c.get("cpu_cores_at_sustained") or {}
+        add(f"{c['pollers']} pollers' sustained latency-mode rate vs one's (lag p99 <= {pol['lag_p99_limit_ms']:g} "
+            "ms), or PostgreSQL saturated", f">= {goal:g}x, 0 keys out of order",
+            None if c.get("vs_one") is None else f"{c['vs_one']:.2f}x (backlog drain "
+            f"{(c.get('drain') or {}).get('vs_one')}x); PostgreSQL {cpu.get('postgresql_all')} "
+            f"cores, machine {cpu.get('machine_busy')} of {cpu.get('machine_cores')} busy",
+            None if c.get("vs_one") is None else c["vs_one"] >= goal and pol["check"]["keys_out_of_order"] == 0)
+    cu = results.get("catchup") or {}
+    if cu.get("check"):
+        add(f"Catch-up after a {cu['outage_seconds'] / 60:g}-minute downstream outage at half of one poller's rate: "
+            f"drain rate vs {cu['pollers']} pollers' backlog drain", f">= {TARGETS['catchup_vs_pollers']:g}x, "
+            "0 keys out of order, 0 lost",
+            None if cu.get("drain_vs_reference") is None else
+            f"{cu['drain_vs_reference']:.2f}x; {cu['check']['keys_out_of_order']} out of order, "
+            f"{cu['check']['lost']} lost",
+            None if cu.get("drain_vs_reference") is None else
+            cu["drain_vs_reference"] >= TARGETS["catchup_vs_pollers"] and cu["check"]["keys_out_of_order"] == 0
+            and cu["check"]["lost"] == 0)
     concurrency = results.get("concurrency", {})
     if concurrency:
         ok = all(r["check"]["ok"] for r in concurrency.get("runs", []))
@@ -438,14 +466,8 @@ def show(results: dict[str, Any], console: Console | None = None) -> None:
                       f"({_times(p['first_pass_vs_drain'])} drain), {'ok' if c['ok'] else 'FAILED'}")
     growth = results.get("growth")
     if growth:
-        t = Table(title=f"Claim latency as the table grows: {growth['claims']} claims of "
-                        f"{growth['claim_batch']} per case")
-        for col in ("case", "rows", "pending", "median ms", "p99 ms", "max ms", "plan"):
-            t.add_column(col, justify="right")
-        for c in growth["cases"]:
-            t.add_row(c["case"], _fmt(c["rows"]), _fmt(c["pending"]), f"{c['median_ms']:.2f}",
-                      f"{c['p99_ms']:.2f}", f"{c['max_ms']:.2f}", "indexes" if c["plan"]["ok"] else "FAILED")
-        console.print(t)
+        console.print(_markdown_table(growth_table(growth), "As delivered history grows"))
+        console.print(_markdown_table(retention_table(growth), "A day's retention with today's purge"))
     mem = results.get("memory")
     if mem:
         t = Table(title="Memory: peak resident set of one cold invocation in a fresh process")
@@ -660,6 +682,67 @@ def _held(section: dict[str, Any]) -> str:
     return "; " + (section.get("cpu") or {}).get("label", "uncapped")
 
 
+def _markdown_table(lines: list[str], title: str) -> Table:
+    """A rich table of the rows of a markdown table (its header, separator, rows)."""
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    t = Table(title=title)
+    for col in cells(lines[0]):
+        t.add_column(col, justify="right")
+    for line in lines[2:]:
+        t.add_row(*cells(line))
+    return t
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
+
+
+def growth_table(growth: dict[str, Any]) -> list[str]:
+    """Per count of delivered rows: size on disk, claim and enqueue latency, drain rate."""
+    out = ["| delivered rows | on disk (message / body / history, tables + indexes) | claim median / p99 ms "
+           "| enqueue median / p99 ms | drain msg/s |", "|---:|---|---:|---:|---:|"]
+    for c in growth["cases"]:
+        parts = " / ".join(_size(t["table_bytes"] + t["index_bytes"]) for _, t in sorted(c["size"]["tables"].items()))
+        e = c["enqueue"]
+        out.append(f"| {c['delivered']:,} | {_size(c['size']['total_bytes'])} ({parts}) | {c['median_ms']:.1f} / "
+                   f"{c['p99_ms']:.1f} | {e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
+                   f"{c['drain']['messages_per_second']:,.0f} |")
+    out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth['enqueue_p99_ratio'])} p99 | "
+               f"{_times(growth['drain_ratio'])} |")
+    small, large = growth["cases"][0], growth["cases"][-1]
+    rows = large["delivered"] - small["delivered"]
+    if rows > 0:
+        def grown(case: dict[str, Any], name: str) -> int:
+            return case["size"]["tables"][name]["table_bytes"] + case["size"]["tables"][name]["index_bytes"]
+
+        per_row = (large["size"]["total_bytes"] - small["size"]["total_bytes"]) / rows
+        seed = (large["seed_seconds"] - small["seed_seconds"]) / rows
+        parts = ", ".join(f"{name.removeprefix('outbox_').removeprefix('message_')} "
+                          f"{(grown(large, name) - grown(small, name)) / rows:,.0f}"
+                          for name in sorted(large["size"]["tables"]))
+        out += ["", f"A delivered row took {per_row:,.0f} bytes on disk with its indexes ({parts}) and "
+                f"{seed * 1e6:,.0f} µs of seeding: 10^8 rows {per_row * 1e8 / 2**30:,.0f} GiB and "
+                f"{seed * 1e8 / 3600:,.1f} h, 10^9 rows {per_row * 1e9 / 2**30:,.0f} GiB, at these rates."]
+    return out
+
+
+def retention_table(growth: dict[str, Any]) -> list[str]:
+    """Per count of delivered rows: the oldest day purged, its time, WAL, dead rows and the producer's wait."""
+    out = ["| delivered rows | purged | seconds | WAL (bytes per row) | dead rows after (before) | autovacuum ran by then "
+           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL |", "|---:|---:|---:|---:|---|---|---:|---:|"]
+    for c in growth["cases"]:
+        r = c["retention"]
+        dead = " / ".join(f"{n:,} ({r['dead_rows_before'][t]:,})" for t, n in sorted(r["dead_rows"].items()))
+        ran = " / ".join(_fmt(v) for _, v in sorted(r["autovacuum_ran"].items()))
+        p = r["producer"]
+        out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_size(r['wal_bytes'])} "
+                   f"({_fmt(r['wal_bytes_per_row'])}) | {dead} | {ran} | {_fmt(p.get('p99_ms'))} / "
+                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_size(r.get('vacuum_wal_bytes') or 0)} |")
+    return out
+
+
 def _when(section: dict[str, Any]) -> str:
     if not section.get("started_at"):
         return ""
@@ -778,6 +861,7 @@ def markdown(results: dict[str, Any]) -> str:
                        f"{idle['claim_execution_ms']} ms on {', '.join(idle['claim_plan_index_scans'])}, "
                        f"sequential scans: {', '.join(idle['claim_plan_seq_scans']) or 'none'}.")
             out.append("")
+    out += scaling_lines(results)
     ordering = results.get("ordering")
     if ordering:
         reference = limit_rate(results, ordering)
@@ -868,17 +952,20 @@ def markdown(results: dict[str, Any]) -> str:
                    f"the delivered: " + ", ".join(f"{k}: {v:,}" for k, v in c["innocent_attempts"].items()) + ".")
         out.append("")
     growth = results.get("growth")
-    if growth:
-        out.append(f"Claim latency ({growth['claims']} claims of {growth['claim_batch']} per case; "
-                   f"plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}{_when(growth)}):")
-        out.append("")
-        out.append("| case | rows present | pending | median ms | p99 ms |")
-        out.append("|---|---:|---:|---:|---:|")
-        for c in growth["cases"]:
-            out.append(f"| {c['case']} | {c['rows']:,} | {c['pending']:,} | {c['median_ms']:.1f} | {c['p99_ms']:.1f} |")
-        out.append("")
-        if growth["cases"]:
-            out += [plots.growth_figure(results).link(), ""]
+    if growth and growth.get("server"):
+        server = growth["server"]
+        out.append(f"As delivered history grows, on a PostgreSQL {server['server_version'].split()[0]} of the "
+                   f"bench's own (autovacuum {server['autovacuum']}, shared_buffers {server['shared_buffers']}; "
+                   f"history over {growth['days']} days; {growth['claims']} claims of {growth['claim_batch']}, "
+                   f"{growth['enqueues']:,} enqueues of one message, a drain of {growth['drain_messages']:,}; "
+                   f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}{_when(growth)}):")
+        out += [""] + growth_table(growth) + [""]
+        out.append("A day's retention with today's purge (`operations.purge`, batches of DELETE, the maintenance "
+                   "function's path) while a producer enqueues one message per transaction; dead rows read "
+                   "from `pg_stat_user_tables` two seconds after, per table (message / body / history), then "
+                   "the VACUUM they call for:")
+        out += [""] + retention_table(growth) + [""]
+        out += [plots.growth_figure(results).link(), ""]
     mem = results.get("memory")
     if mem:
         out.append("Peak resident memory of one cold invocation (fresh process): " + ", ".join(
@@ -993,6 +1080,76 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {c['target']} | {c['goal']} | {_fmt(measured)} | {met} |")
         out.append("")
     return "\n".join(out)
+
+
+def scaling_lines(results: dict[str, Any]) -> list[str]:
+    """The pollers section's sustained rates and the catchup section's drain, as Markdown."""
+    out: list[str] = []
+    pol = results.get("pollers")
+    if pol and pol.get("counts"):
+        out.append(f"Pollers per channel (`python -m bench pollers`; OUTBOX_POLLERS pollers in latency mode, "
+                   f"batch {pol['batch_size']:,}; producer processes commit for {_fmt(pol['seconds'])} s, each over "
+                   f"{pol['keys_per_producer']} ordering keys of its own; a rate is sustained when the lag p99 "
+                   f"stays within {pol['lag_p99_limit_ms']:g} ms and everything is delivered within 5 s of the "
+                   f"producers' end; searched up by 1.5 × from {pol['start_rate']:,}/s, then halving, at most "
+                   f"{pol['max_runs']} rates per count; then, per count, a backlog of {pol.get('backlog', 0):,} "
+                   f"keyed messages waiting when the pollers start, producers offering 50 msg/s: entries written "
+                   f"per second from the backlog's first to its last; CPU in cores while the producers ran: the "
+                   f"bench database's PostgreSQL backends (the relay's, all) and the whole machine"
+                   f"{_held(pol)}{_when(pol)}):")
+        out.append("")
+        out.append("| pollers | offered msg/s | committed msg/s | delivered msg/s | lag p50 ms | p99 ms "
+                   "| PostgreSQL cores: relay | all | machine busy cores | keys out of order | lost | duplicates "
+                   "| sustained |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for c in pol["counts"]:
+            drain = c.get("drain") or {}
+            for r in c["runs"] + ([drain["run"]] if drain.get("run") else []):
+                cpu = r.get("cpu_cores") or {}
+                offered = f"{r['offered_per_second']:,}" if r is not drain.get("run") else \
+                    f"backlog {drain['messages']:,}: drained at {_rate(drain['drain_per_second'])}/s"
+                verdict = ("yes" if r["sustained"] else f"no: {r.get('not_sustained') or 'not sustained'}") \
+                    if r is not drain.get("run") else "–"
+                out.append(f"| {c['pollers']} | {offered} | {_rate(r.get('sent_per_second'))} "
+                           f"| {_rate(r['delivered_per_second'])} "
+                           f"| {_fmt(r['lag_ms']['p50'])} | {_fmt(r['lag_ms']['p99'])} "
+                           f"| {_fmt(cpu.get('postgresql_relay'))} | {_fmt(cpu.get('postgresql_all'))} "
+                           f"| {_fmt(cpu.get('machine_busy'))} of {_fmt(cpu.get('machine_cores'))} "
+                           f"| {_fmt(r['keys_out_of_order'])} | {r['lost']} | {r['duplicates']} | {verdict} |")
+        out.append("")
+        out.append("Sustained: " + "; ".join(
+            f"{c['pollers']} poller{'s' if c['pollers'] > 1 else ''} {_rate(c['sustained_per_second'])} msg/s"
+            + (f" ({c['vs_one']:.2f} × one)" if c.get("vs_one") and c["pollers"] > 1 else "")
+            for c in pol["counts"]) + ". Backlog drained: " + "; ".join(
+            f"{c['pollers']} poller{'s' if c['pollers'] > 1 else ''} {_rate(c['drain']['drain_per_second'])} msg/s"
+            + (f" ({c['drain']['vs_one']:.2f} × one)" if c["drain"].get("vs_one") and c["pollers"] > 1 else "")
+            for c in pol["counts"] if c.get("drain")) + ".")
+        out.append("")
+    cu = results.get("catchup")
+    if cu and "skipped" not in cu:
+        ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']} pollers' backlog drain, "
+               f"{_rate(cu['reference_per_second'])} msg/s, of {cu['reference_from']}"
+               if cu.get("drain_vs_reference") else "no pollers section to compare with")
+        check = cu["check"]
+        out.append(f"Catching up after a downstream outage (`python -m bench catchup`; {cu['pollers']} pollers; "
+                   f"producers offer {cu['offered_per_second']:,} msg/s, half of one poller's sustained "
+                   f"{_rate(cu['r1_per_second'])} msg/s, over {cu['keys_per_producer']} ordering keys each; the "
+                   f"relay's Redis, a server of the bench's own, killed after {_fmt(cu['lead_seconds'])} s and "
+                   f"restarted {_fmt(cu['outage_seconds'] / 60)} min later; the producers go on "
+                   f"{_fmt(cu['tail_seconds'])} s after it{_held(cu)}{_when(cu)}): "
+                   f"{_fmt(cu['delivered_during_outage'])} delivered during the outage, "
+                   f"{cu['backlog_at_restart']:,} waiting at the restart, drained in "
+                   f"{_fmt(cu['backlog_drained_seconds'])} s at {_rate(cu['drain_per_second'])} msg/s ({ref}); "
+                   + (f"the lag p99 of new commits back within {_fmt(cu['normal_lag_p99_ms'])} ms "
+                      f"{_fmt(cu['caught_up_after_seconds'])} s after the restart"
+                      if cu.get("caught_up_after_seconds") is not None else
+                      f"the lag of new commits not back to normal before the producers stopped, "
+                      f"{_fmt(cu['tail_seconds'])} s after the restart; the last message delivered "
+                      f"{_fmt(cu['latency_run'].get('drained_seconds_after_producer'))} s after they stopped")
+                   + f"; {check['keys_out_of_order']} keys out of order, {check['lost']} lost, "
+                   f"{check['duplicates']} duplicates.")
+        out.append("")
+    return out
 
 
 def docs(results: dict[str, Any]) -> str:

@@ -29,6 +29,22 @@ def _latency_run(rate: int, lags: list[float]) -> dict:
                                   "p99": [v / 2 for v in lags], "max": lags}}
 
 
+def _growth_case(delivered: int, p99: float) -> dict:
+    tables = {t: {"table_bytes": delivered * 100, "index_bytes": delivered * 40}
+              for t in ("outbox_message", "outbox_message_body", "outbox_message_history")}
+    zero = dict.fromkeys(tables, 0)
+    return {"case": f"{delivered:,} delivered", "delivered": delivered, "rows": delivered + 100, "pending": 100,
+            "seed_seconds": delivered / 10_000,
+            "median_ms": 1.0, "p99_ms": p99, "max_ms": p99 + 1, "plan": {"ok": True},
+            "size": {"tables": tables, "total_bytes": delivered * 420},
+            "enqueue": {"median_ms": 1.0, "p99_ms": 2.0}, "drain": {"messages_per_second": 5000.0},
+            "retention": {"purged": delivered // 7, "seconds": 0.5, "wal_bytes": delivered * 100,
+                          "wal_bytes_per_row": 700.0, "dead_rows": dict.fromkeys(tables, delivered // 7),
+                          "dead_rows_before": zero, "autovacuum_ran": dict.fromkeys(tables, False),
+                          "producer": {"p99_ms": 3.0, "max_ms": 4.0}, "vacuum_seconds": 0.2,
+                          "vacuum_wal_bytes": 1000}}
+
+
 def synthetic_results() -> dict:
     """A small results file with every section that has a figure."""
     punctual = {"model": {"key": "punctual"}, "label": "punctual: each run starts on its slot, every 10 s",
@@ -47,12 +63,10 @@ def synthetic_results() -> dict:
             {"processes": p, "messages_per_second": r, "invocations": 11,
              "check": {"stream_entries": 1000, "distinct_ids": 1000, "duplicates": 0, "ok": True}}
             for p, r in ((1, 5000.0), (2, 7000.0))]},
-        "growth": {"claims": 10, "claim_batch": 10, "plans_ok": True, "p99_ratio_1m_vs_10k": 1.1,
-                   "median_ratio_1m_vs_10k": 1.0, "cases": [
-                       {"case": "small", "rows": 1000, "pending": 100, "median_ms": 1.0, "p99_ms": 2.0,
-                        "max_ms": 3.0, "plan": {"ok": True}},
-                       {"case": "large", "rows": 5000, "pending": 100, "median_ms": 1.1, "p99_ms": 2.5,
-                        "max_ms": 2.9, "plan": {"ok": True}}]},
+        "growth": {"claims": 10, "claim_batch": 10, "plans_ok": True, "days": 7, "enqueues": 20,
+                   "drain_messages": 200, "claim_p99_ratio": 1.25, "enqueue_p99_ratio": 1.1, "drain_ratio": 0.9,
+                   "server": {"server_version": "15.2", "autovacuum": "on", "shared_buffers": "256MB"},
+                   "cases": [_growth_case(1000, 2.0), _growth_case(5000, 2.5)]},
     }
 
 
@@ -92,7 +106,7 @@ def test_without_matplotlib_the_tables_are_written_and_one_line_says_plots_were_
     page = report.write_docs(synthetic_results(), tmp_path / "benchmark.md")
 
     text = page.read_text(encoding="utf-8")
-    assert "| batch | msg/s |" in text and "| case | rows present | pending | median ms | p99 ms |" in text
+    assert "| batch | msg/s |" in text and "| delivered rows | on disk (message" in text
     assert not (tmp_path / "img").exists()
     out = capsys.readouterr().out.splitlines()
     assert out == [plots.skipped_line()] and "pip install -e '.[plots]'" in out[0]

@@ -1,0 +1,213 @@
+"""A channel's pollers at Lambda's CPU: how the sustained latency-mode rate grows
+with `OUTBOX_POLLERS`, and how the backlog of a downstream outage drains.
+
+Both run the latency section's machinery (`latency._one_rate`: producers commit at
+an offered rate, the real handler runs as latency-mode pollers in containers held
+to Lambda's CPU, lag from commit to stream entry), with ordering keys, each
+producer its own, checked in the stream every run.
+
+- `run_pollers`: for 1 poller, then 2, 4 (…), the highest offered rate whose lag
+  p99 stays within `LAG_P99_MS` with everything delivered within 5 s of the
+  producers' end: up by `STEP` from a start rate until a rate fails, then halving
+  the interval between the last rate sustained and the first that failed, at most
+  `max_runs` runs per count. Each count starts from the previous count's rate.
+  PostgreSQL's CPU (the bench database's backends) and the machine's are recorded
+  per run, so where PostgreSQL saturates shows.
+- `run_catchup`: the relay delivers to a Redis server of the bench's own, which is
+  killed for `outage` seconds (its append-only file, written before each reply,
+  keeps what was delivered: the kernel holds it when the process dies) while producers offer half of R1; then the backlog drains
+  with the producers still offering. The drain rate (entries written from the
+  restart to the last entry of a message committed before it) is compared with
+  the pollers' backlog drain (`run_pollers`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from outbox_tools.redis_nodes import MissingServer, RedisNode
+
+from .env import BenchEnv
+from .lambda_model import SchedulerModel
+from .latency import _one_rate
+
+#: A rate is sustained when the lag's p99 stays within this, milliseconds.
+LAG_P99_MS = 500.0
+#: The search's step up while every rate tried is sustained.
+STEP = 1.5
+#: The search stops when the first rate that failed is within this factor of the last sustained.
+RESOLUTION = 1.15
+#: Ordering keys per producer.
+KEYS = 250
+
+
+def sustained(run: dict[str, Any]) -> bool:
+    p99 = run["lag_ms"]["p99"]
+    return bool(run["sustained"] and run["check"]["ok"] and p99 is not None and p99 <= LAG_P99_MS)
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    """What the figures keep of a run (not its timeline)."""
+    keep = ("offered_per_second", "seconds", "producers", "sent", "sent_per_second", "delivered",
+            "delivered_per_second",
+            "drained_seconds_after_producer", "lag_ms", "duplicates", "lost", "pollers", "keys_per_producer",
+            "cpu_cores", "poller_seconds_per_second", "invocations", "first_error", "check")
+    p99 = run["lag_ms"]["p99"]
+    why = None if sustained(run) else (
+        "producers behind" if run["sent"] < 0.98 * run["offered_per_second"] * run["seconds"] else
+        f"lag p99 above {LAG_P99_MS:g} ms" if p99 is None or p99 > LAG_P99_MS else
+        "not drained within 5 s" if not run["sustained"] else "check failed")
+    return {k: run.get(k) for k in keep} | {"sustained": why is None, "not_sustained": why,
+                                             "keys_out_of_order": run["check"].get("order_violations")}
+
+
+def run_pollers(env: BenchEnv, *, counts: list[int], start_rate: int, seconds: float, max_runs: int,
+                backlog: int, model: SchedulerModel, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
+    rng = random.Random(model.seed)
+    results = []
+    rate = start_rate
+    for n in counts:
+        runs: list[dict[str, Any]] = []
+        best: int | None = None
+        failed: int | None = None
+        while len(runs) < max_runs:
+            run = _summary(_one_rate(env, rate, seconds, model, rng, batch_size, streams, None,
+                                     pollers=n, keys=KEYS))
+            runs.append(run)
+            if run["sustained"]:
+                best = rate
+            else:
+                failed = rate
+            if best is not None and failed is not None and failed <= best * RESOLUTION:
+                break
+            if failed is None:
+                rate = int(rate * STEP)
+            elif best is None:
+                rate = max(1, int(rate / STEP))
+            else:
+                rate = (best + failed) // 2
+        top = max((r for r in runs if r["sustained"]), key=lambda r: r["offered_per_second"], default=None)
+        results.append({"pollers": n, "sustained_per_second": top["delivered_per_second"] if top else None,
+                        "sustained_offered_per_second": top["offered_per_second"] if top else None,
+                        "cpu_cores_at_sustained": top["cpu_cores"] if top else None, "runs": runs,
+                        "drain": _backlog_drain(env, n, backlog, model, rng, batch_size, streams)})
+        rate = int((top["offered_per_second"] if top else rate) * STEP)
+    r1 = results[0]["sustained_per_second"]
+    d1 = results[0]["drain"]["drain_per_second"]
+    for r in results:
+        r["vs_one"] = round(r["sustained_per_second"] / r1, 3) if r1 and r["sustained_per_second"] else None
+        d = r["drain"]["drain_per_second"]
+        r["drain"]["vs_one"] = round(d / d1, 3) if d and d1 else None
+    return {"lag_p99_limit_ms": LAG_P99_MS, "keys_per_producer": KEYS, "batch_size": batch_size,
+            "seconds": seconds, "max_runs": max_runs, "start_rate": start_rate, "r1_per_second": r1,
+            "backlog": backlog, "counts": results,
+            "check": {"ok": all(x["check"]["ok"] for r in results for x in (*r["runs"], r["drain"]["run"])),
+                      "keys_out_of_order": sum(x["keys_out_of_order"] or 0 for r in results
+                                               for x in (*r["runs"], r["drain"]["run"])),
+                      "lost": sum(x["lost"] for r in results for x in (*r["runs"], r["drain"]["run"]))}}
+
+
+def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, rng: random.Random,
+                   batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
+    """`n` pollers draining `backlog` keyed messages that wait when they start, producers
+    offering a trickle meanwhile: the pollers' drain rate, with no producer to keep up with."""
+    run = _one_rate(env, 50, 5.0, model, rng, batch_size, streams, None, pollers=n, keys=KEYS, backlog=backlog,
+                    drain_limit=600.0)
+    with env.engine.connect() as conn:
+        first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
+    span = (last_ms - first_ms) / 1000 if written else None
+    return {"messages": backlog, "seconds": round(span, 2) if span else None,
+            "drain_per_second": round(written / span, 1) if span else None, "run": _summary(run)}
+
+
+# Every entry written from the backlog's first to its last, per second (the trickle's among them).
+_BACKLOG = """
+    WITH d AS (SELECT split_part(delivery_ref, '-', 1)::float8 AS entry_ms,
+                      EXTRACT(EPOCH FROM created_at)::float8 * 1000 AS created_ms
+                 FROM outbox_message WHERE status = 'delivered'),
+         b AS (SELECT min(entry_ms) AS first_ms, max(entry_ms) AS last_ms FROM d WHERE created_ms < :began)
+    SELECT b.first_ms, b.last_ms, (SELECT count(*) FROM d WHERE entry_ms BETWEEN b.first_ms AND b.last_ms) FROM b
+"""
+
+
+def run_catchup(env: BenchEnv, *, r1: float, reference: float | None, reference_from: str | None, pollers: int,
+                outage: float, lead: float, tail_at_least: float, model: SchedulerModel, batch_size: int,
+                streams: tuple[str, ...]) -> dict[str, Any]:
+    rate = max(1, int(r1 * 0.5))
+    # The backlog drains at (reference - rate) net: the producers go on for twice that, and `tail_at_least`.
+    tail = max(tail_at_least, outage * rate / max(1.0, (reference or 2 * rate) - rate) * 2)
+    with tempfile.TemporaryDirectory(prefix="outbox-bench-catchup-") as workdir:
+        try:
+            node = RedisNode(Path(workdir), "--appendonly", "yes", "--appendfsync", "no").start()
+        except MissingServer as exc:
+            return {"skipped": str(exc)}
+        own = dataclasses.replace(env, servers=dataclasses.replace(env.servers, redis_url=node.url, _cleanup=[]),
+                                  _engine=None, _redis=None)
+        times: dict[str, float] = {}
+
+        def outage_of_downstream(began: float) -> None:
+            time.sleep(max(0.0, began + lead - time.time()))
+            times["down"] = time.time()
+            node.kill()
+            time.sleep(outage)
+            node.restart()
+            times["up"] = time.time()
+
+        try:
+            run = _one_rate(own, rate, lead + outage + tail, model, random.Random(model.seed), batch_size, streams,
+                            None, pollers=pollers, keys=KEYS, during=outage_of_downstream,
+                            drain_limit=outage + 600)
+            phases = _phases(own, times, run)
+        finally:
+            own.close()
+            node.stop()
+    drain = phases["drain_per_second"]
+    return {"pollers": pollers, "offered_per_second": rate, "r1_per_second": r1, "outage_seconds": outage,
+            "lead_seconds": lead, "tail_seconds": round(tail, 1), "keys_per_producer": KEYS,
+            "reference_per_second": reference, "reference_from": reference_from,
+            "drain_vs_reference": round(drain / reference, 3) if drain and reference else None,
+            **phases, "latency_run": _summary(run),
+            "check": {"ok": run["check"]["ok"],
+                      "keys_out_of_order": run["check"].get("order_violations"), "lost": run["lost"],
+                      "duplicates": run["duplicates"]}}
+
+
+_ENTRIES = """
+    WITH d AS (SELECT split_part(delivery_ref, '-', 1)::float8 AS entry_ms,
+                      EXTRACT(EPOCH FROM created_at)::float8 * 1000 AS created_ms
+                 FROM outbox_message WHERE status = 'delivered'),
+         b AS (SELECT max(entry_ms) AS last_ms, count(*) AS n FROM d WHERE created_ms < :up AND entry_ms >= :up)
+    SELECT (SELECT count(*) FROM d WHERE entry_ms >= :down AND entry_ms < :up), b.n, b.last_ms,
+           (SELECT count(*) FROM d WHERE entry_ms >= :up AND entry_ms <= b.last_ms)
+      FROM b
+"""
+
+
+def _phases(env: BenchEnv, times: dict[str, float], run: dict[str, Any]) -> dict[str, Any]:
+    """The outage and the drain after it, from the stream entries' times (Redis's clock)
+    and the lag per commit second."""
+    if "up" not in times:
+        raise RuntimeError("the outage did not end before the producers did")
+    per = run["lag_per_second_ms"]
+    up_s = times["up"] - run["began_at"]
+    normal = LAG_P99_MS
+    # Caught up: the first commit second after the restart from which every second's p99 is normal.
+    clear_s = next((s for i, s in enumerate(per["second"])
+                    if s >= up_s and all(v <= normal for v in per["p99"][i:])), None)
+    with env.engine.connect() as conn:
+        during, backlog, last_ms, written = conn.execute(
+            text(_ENTRIES), {"down": times["down"] * 1000, "up": times["up"] * 1000}).one()
+    drain_seconds = last_ms / 1000 - times["up"] if last_ms else None
+    return {"normal_lag_p99_ms": round(normal, 1), "delivered_during_outage": during,
+            "backlog_at_restart": backlog,
+            "backlog_drained_seconds": round(drain_seconds, 1) if drain_seconds else None,
+            # Every entry written while the backlog drained (new commits among them) per second.
+            "drain_per_second": round(written / drain_seconds, 1) if drain_seconds else None,
+            "caught_up_after_seconds": round(clear_s - up_s, 1) if clear_s is not None else None}
