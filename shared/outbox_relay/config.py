@@ -1,11 +1,6 @@
-"""Settings, from environment variables, validated once.
-
-Every variable, its default and its unit is listed in docs/configuration.md. A
-bad value raises `ConfigurationError` naming the variable, which stops a Lambda
-cold start before any message is touched. A variable set to the empty string
-counts as unset (template.yaml declares some variables empty so that
-`sam local invoke --env-vars` may fill them in).
-"""
+"""Settings from environment variables (docs/configuration.md), validated once: a bad value stops
+the cold start naming the variable. Empty counts as unset (template.yaml declares some empty for
+`sam local invoke --env-vars`)."""
 
 from __future__ import annotations
 
@@ -25,26 +20,21 @@ from .publishers.registry import CHANNELS, Channel, spec_for
 from .publishers.spec import ChannelSpec
 from .urls import EndpointUrl, parse_database_url
 
-#: DATABASE_TLS: no TLS; TLS without checking the certificate; certificate and host name verified.
 DatabaseTls = Literal["disable", "require", "verify-full"]
 
-#: The Powertools service name of every function (`observability.SERVICE`).
 SERVICE_NAME = "outbox-relay"
 # CloudWatch namespaces: 1-255 of these characters, not starting with ':' ("Amazon
 # CloudWatch concepts", Namespaces); one it refuses loses every EMF metric silently.
 _NAMESPACE_RE = re.compile(r"[0-9A-Za-z.\-_/#: ]{1,255}")
 _INT = re.compile(r"-?[0-9]+")
-#: OUTBOX_ variables that are not settings but are read elsewhere in the project: the
-#: `outbox` command's servers, and the test suite's own (OUTBOX_TEST_*).
+#: OUTBOX_ variables read elsewhere: the `outbox` command's, the test suite's.
 OTHER_VARIABLES = frozenset({"OUTBOX_SERVERS"})
 OTHER_PREFIX = "OUTBOX_TEST_"
 
 
 class SdkEnvironment(BaseSettings):
-    """Variables that Powertools and the AWS SDK read themselves, at import or at
-    their first call, where a bad value is a bare ValueError (a traceback) or is
-    silently ignored. They are checked here with the rest, so start-up stops
-    naming the variable; the libraries still read them."""
+    """Variables Powertools and the AWS SDK read themselves, where a bad value is a traceback or
+    ignored: checked here too, so start-up stops naming the variable."""
 
     model_config = SettingsConfigDict(extra="ignore", frozen=True, env_ignore_empty=True)
 
@@ -60,12 +50,10 @@ class SdkEnvironment(BaseSettings):
     powertools_service_name: str | None = Field(default=None, validation_alias="POWERTOOLS_SERVICE_NAME")
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
     aws_default_region: str | None = Field(default=None, validation_alias="AWS_DEFAULT_REGION")
-    #: A channel's service endpoint (AWS_ENDPOINT_URL_<SERVICE>) is in its own settings.
     aws_endpoint_url: EndpointUrl = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
 
     @property
     def region(self) -> str | None:
-        """The AWS region the clients sign for: AWS_REGION, else AWS_DEFAULT_REGION (Lambda sets both)."""
         return self.aws_region or self.aws_default_region
 
     @field_validator("powertools_log_level")
@@ -106,95 +94,56 @@ class SdkEnvironment(BaseSettings):
 
 
 def log_level_ok(value: str) -> bool:
-    """Whether the standard library's logging (which Powertools hands the value to,
-    upper-cased) knows the level name."""
+    """As Powertools hands the level to logging, upper-cased."""
     return value.upper() in logging.getLevelNamesMapping()
 
 
 class Settings(SdkEnvironment):
-    """The settings every function shares. Field docs name the variable and the unit.
-    A relay function's settings are these plus its own channel's (`settings_for`), as
-    the handler cookbook composes one model per handler; another channel's variables
-    are known names (never "misspelt") but are not read."""
+    """Every function's settings; a relay's adds its channel's (`settings_for`). Another channel's
+    variables are known names (never "misspelt") but not read."""
 
     model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore", frozen=True, env_ignore_empty=True)
 
-    #: These settings drive a relay (claims under a lease, a downstream). The
-    #: maintenance function's settings (`MaintenanceSettings`) do not, and skip
-    #: the relay-only relations below.
-    relays: ClassVar[bool] = True
-    #: The channels whose settings this model holds (`settings_for`).
+    relays: ClassVar[bool] = True  # False: no lease, no downstream, no relay-only relations
     channels: ClassVar[tuple[ChannelSpec, ...]] = ()
 
-    # --- what this function relays ---
-    channel: Channel = Channel.REDIS  # OUTBOX_CHANNEL: a registered channel (publishers/registry.py)
+    # Each variable's meaning, unit and default: docs/configuration.md.
+    channel: Channel = Channel.REDIS
 
-    # --- PostgreSQL ---
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
-    """SQLAlchemy URL, `postgresql+pg8000://user:pass@host:5432/db`."""
     database_secret_arn: str | None = Field(default=None, validation_alias="DATABASE_SECRET_ARN")
-    """Secrets Manager secret holding the RDS-style JSON (host, port, username, password, dbname)."""
     database_iam_auth: bool = Field(default=False, validation_alias="DATABASE_IAM_AUTH")
-    """Log in with an RDS IAM auth token generated per new connection instead of a password."""
-    database_tls: DatabaseTls = Field(
-        default="disable", validation_alias="DATABASE_TLS"
-    )
+    database_tls: DatabaseTls = Field(default="disable", validation_alias="DATABASE_TLS")
     database_ca_bundle: str | None = Field(default=None, validation_alias="DATABASE_CA_BUNDLE")
-    """PEM file of CA certificates for `verify-full` (the RDS global bundle)."""
+    # A latency-mode poller uses three connections at once: claim, outcome writes, heartbeat.
     database_pool_size: int = Field(default=3, ge=1, le=20, validation_alias="DATABASE_POOL_SIZE")
-    """Connections kept per container: a latency-mode poller uses three at once (claim, outcome writes, heartbeat)."""
 
-    # --- how much one invocation does ---
     mode: Mode = Mode.BATCH
-    """OUTBOX_MODE: batch (one batch), drain (while batches come back full), latency (until the deadline)."""
     poll_interval_seconds: float = Field(default=0.1, ge=0.01, le=60, allow_inf_nan=False)
-    """Latency mode: the wait after a claim that found nothing, seconds."""
     poll_max_interval_seconds: float = Field(default=0.1, ge=0.01, le=60, allow_inf_nan=False)
-    """Latency mode: the idle wait doubles up to this while claims keep finding nothing, seconds."""
     poller_ttl_seconds: float = Field(default=5.0, ge=1, le=60, allow_inf_nan=False)
-    """Latency mode: a poller's registration expires this long after its last heartbeat
-    (it renews five times as often); then it counts as dead and its leases are taken over, seconds."""
     pollers: int = Field(default=1, ge=1, le=50)
-    """Latency mode: pollers of the channel kept at once, each with its own successor."""
     pollers_max: int | None = Field(default=None, ge=1, le=50)
-    """Latency mode: pollers while the backlog is old, up to this many (default OUTBOX_POLLERS)."""
     pollers_add_age_seconds: float = Field(default=1.0, ge=0.1, le=3600, allow_inf_nan=False)
-    """Latency mode: a poller is added while the oldest due message is older than this, seconds."""
     successor_lead_seconds: float = Field(default=15.0, ge=1, le=450, allow_inf_nan=False)
-    """Latency mode: a poller with no newer one starts its successor this long before its deadline, seconds."""
     self_invoke: bool = True
-    """OUTBOX_SELF_INVOKE: latency mode may start its successor by invoking its own function
-    (AWS_LAMBDA_FUNCTION_NAME, which Lambda sets; without it no successor is started)."""
     function_name: str | None = Field(default=None, validation_alias="AWS_LAMBDA_FUNCTION_NAME",
                                       pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    """The function a latency-mode poller invokes to start its successor (Lambda sets it)."""
     metrics_interval_seconds: float = Field(default=10.0, ge=1, le=900, allow_inf_nan=False)
-    """Drain and latency modes: metrics are flushed at least this often, seconds."""
-
     ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP
-    """OUTBOX_ORDERING_ON_DEAD: when a message with a key is dead-lettered, its key's later
-    messages go on (skip) or wait until it is redriven or discarded (block)."""
 
-    # --- claiming and leasing ---
     batch_size: int = Field(default=500, ge=1, le=10_000)
     batch_max_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
-    """Byte budget of one claim: bytes of payload JSON text, as the relay holds it in memory."""
     lease_seconds: float = Field(default=120.0, gt=0, le=3600, allow_inf_nan=False)
     function_timeout_seconds: float = Field(default=60.0, gt=0, le=900, allow_inf_nan=False)
-    """The Lambda function's timeout, seconds; the lease must be longer."""
     deadline_margin_seconds: float = Field(default=5.0, ge=0, le=300, allow_inf_nan=False)
-    """Stop starting deliveries when less than this remains before the Lambda timeout."""
 
-    # --- retries ---
     max_attempts: int = Field(default=10, ge=1, le=1000)
     backoff_base_seconds: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
     backoff_cap_seconds: float = Field(default=900.0, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
     backoff_floor_seconds: float = Field(default=0.5, ge=0, le=3600, allow_inf_nan=False)
     throttle_delay_seconds: float = Field(default=2.0, ge=0, le=3600, allow_inf_nan=False)
-    """Deferral of a throttled message (attempt refunded), seconds."""
     error_max_chars: int = Field(default=1000, ge=100, le=100_000)
-
-    # --- retention (maintenance function) ---
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
     retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
 
@@ -264,20 +213,14 @@ class Settings(SdkEnvironment):
 
 
 class MaintenanceSettings(Settings):
-    """Settings of the maintenance function (retention purge, backlog metrics,
-    redrive): the database and the retention windows
-    (`OUTBOX_RETAIN_DELIVERED_SECONDS`, `OUTBOX_RETAIN_DEAD_SECONDS`).
-
-    It claims nothing and publishes nothing, so it reads no channel's settings and its
-    timeout is not compared with the lease; every other check applies."""
+    """It claims and publishes nothing: no channel's settings, no timeout against the lease."""
 
     relays: ClassVar[bool] = False
 
 
 @functools.cache
 def settings_for(*channels: str, base: type[Settings] = Settings) -> type[Settings]:
-    """`base` with the settings of `channels` (registered names) mixed in: a relay
-    function's model is `settings_for(<its channel>)`."""
+    """`base` with the settings of `channels` (registered names) mixed in."""
     specs = tuple(spec_for(c) for c in channels)
     name = "".join(spec.template_prefix for spec in specs) + base.__name__
     # Its own config, or the mixins' (no OUTBOX_ prefix) would win.
@@ -305,14 +248,8 @@ def _variable_for(cls: type[Settings], field: str) -> str:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Read and validate the environment (plus `overrides`, by field name).
-
-    The model is the common settings plus those of the channel it relays
-    (OUTBOX_CHANNEL, or the `channel` override; redis when unset).
-
-    Raises `ConfigurationError` whose `variable` is the environment variable at
-    fault and whose text says what is wrong with it.
-    """
+    """The environment plus `overrides` (by field name), with OUTBOX_CHANNEL's settings;
+    `ConfigurationError` naming the variable at fault."""
     channel = overrides.get("channel") or next(
         (v for k, v in os.environ.items() if k.upper() == "OUTBOX_CHANNEL" and v), Channel.REDIS.value)
     try:
@@ -323,7 +260,6 @@ def load_settings(**overrides: object) -> Settings:
 
 
 def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
-    """Like `load_settings`, for the maintenance function (`MaintenanceSettings`)."""
     return _load(MaintenanceSettings, overrides)  # type: ignore[return-value]
 
 
@@ -340,9 +276,8 @@ def variables() -> frozenset[str]:
 
 
 def check_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse an OUTBOX_ variable that no setting reads (decision 0057): a misspelt
-    one would leave its setting at the default without a word. Names the closest
-    setting when one is near. Raises `ConfigurationError`."""
+    """Refuse an OUTBOX_ variable no setting reads (decision 0057): a misspelt one would leave its
+    setting at the default without a word."""
     known = variables() | OTHER_VARIABLES
     for name in sorted(os.environ if environ is None else environ):
         upper = name.upper()  # the settings read their variables in any case
@@ -379,6 +314,5 @@ def _raise(variable: str, message: str) -> Settings:
 
 @functools.cache
 def get_settings() -> Settings:
-    """The process-wide settings, validated on first use (cold start). Tests call
-    `get_settings.cache_clear()` after changing the environment."""
+    """Validated on first use (cold start); tests clear the cache after changing the environment."""
     return load_settings()

@@ -1,7 +1,6 @@
-"""The SQLAlchemy engine, made for Lambda: one small pool per container; each unit of work
-one short transaction, so a transaction pooler keeps its messages on one server connection;
-no pre-ping (a dead connection is retried once); credentials from DATABASE_URL, a secret
-or RDS IAM tokens."""
+"""The engine, made for Lambda: a small pool per container; each unit of work one short transaction
+(a transaction pooler keeps it on one server connection); no pre-ping (a dead connection is
+retried once)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ registry.register("postgresql.outbox_pg8000", __name__, "OutboxPg8000Dialect")
 
 
 def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
-    """An engine on a pg8000 `url`: `OutboxPg8000Dialect`, never autocommit, new connections
-    checked for a pooler in statement mode."""
+    """Never autocommit; new connections checked for a pooler in statement mode."""
     from sqlalchemy.engine import make_url
 
     if kwargs.get("isolation_level") == "AUTOCOMMIT":
@@ -61,8 +59,6 @@ def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
 
 
 def _refuse_statement_pooling(dbapi_connection: Any, connection_record: Any) -> None:
-    """`ConfigurationError` naming DATABASE_URL when the server closes the connection at BEGIN,
-    as a pooler in statement mode does: every unit of work here is a transaction."""
     from pg8000.exceptions import InterfaceError
 
     dbapi_connection.autocommit = True
@@ -117,7 +113,6 @@ def base_url(settings: Settings) -> URL:
 
 
 def tls_context(mode: str, ca_bundle: str | None = None) -> ssl.SSLContext | None:
-    """The TLS context for DATABASE_TLS `mode` (disable, require, verify-full)."""
     if mode == "disable":
         return None
     if mode == "require":
@@ -139,19 +134,18 @@ def _rds_client(region: str | None) -> Any:
 
 
 def iam_token(host: str, port: int, user: str, region: str | None = None) -> str:
-    """A fresh RDS IAM token (valid 15 minutes, presigned locally) for one new connection."""
+    """Valid 15 minutes, presigned locally: one per new connection."""
     return _rds_client(region).generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
 
 
 def _is_login_refused(exc: Exception) -> bool:
-    """The server refused the credentials (SQLSTATE class 28)."""
+    # SQLSTATE class 28: invalid authorization.
     detail = exc.args[0] if exc.args else None
     return isinstance(detail, dict) and str(detail.get("C", "")).startswith("28")
 
 
 def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, int, str], str] | None = None) -> Engine:
-    """The relay's engine, once per container; `token_provider(host, port, user)` replaces
-    IAM token generation. Raises `ConfigurationError` for unusable settings."""
+    """`token_provider(host, port, user)` replaces IAM token generation (tests)."""
     if settings.database_iam_auth and settings.database_tls == "disable":
         raise ConfigurationError("DATABASE_TLS", "DATABASE_IAM_AUTH=true needs TLS: set require or verify-full")
     url = base_url(settings)
@@ -192,7 +186,7 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
 
 
 def _socket_errors_are_disconnects(ctx: Any) -> Any:
-    """A raw socket error from pg8000 is a disconnect, so `run_with_retry` runs the work again."""
+    """A raw socket error is a disconnect, so `run_with_retry` runs the work again."""
     original = ctx.original_exception
     if isinstance(original, OSError) and ctx.sqlalchemy_exception is None:
         ctx.is_disconnect = True
@@ -243,7 +237,6 @@ UNREACHABLE_MAX_WAIT = 0.5
 
 
 def database_unreachable(exc: BaseException) -> bool:
-    """Whether `exc` says PostgreSQL cannot be reached now, not that it refused a statement."""
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:
             return True
@@ -266,8 +259,7 @@ def database_unreachable(exc: BaseException) -> bool:
 
 def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], float], reserve: float = 0.0,
                             sleep: Callable[[float], Any] = time.sleep) -> T:
-    """Run `work()` again while PostgreSQL is unreachable (50 ms, doubling to `UNREACHABLE_MAX_WAIT`)
-    and more than `reserve` of `time_left()` would remain."""
+    """Again while PostgreSQL is unreachable and more than `reserve` of `time_left()` would remain."""
     wait = 0.05
     while True:
         try:
@@ -280,8 +272,7 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
 
 
 def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
-    """`work(connection)` in one short transaction, run once more on a new connection when the
-    pooled one was dead (a thawed container, a failover); pass only work safe to repeat."""
+    """In one transaction, once more when the pooled connection was dead; only work safe to repeat."""
     try:
         with engine.begin() as conn:
             return work(conn)

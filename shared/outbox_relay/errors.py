@@ -6,12 +6,10 @@ from typing import Any
 
 
 class OutboxError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """Every error this library raises on purpose."""
 
 
 class ConfigurationError(OutboxError):
-    """A setting is missing or invalid. `variable` names the environment variable."""
-
     def __init__(self, variable: str, problem: str) -> None:
         self.variable = variable
         self.problem = problem
@@ -25,17 +23,14 @@ class _FieldError(OutboxError, ValueError):
 
 
 class InvalidEventError(_FieldError):
-    """An invocation's event cannot be used. `field` names the offending field."""
-
     @classmethod
     def of(cls, exc: Any) -> "InvalidEventError":
-        """The first error of a pydantic `ValidationError`, as one line naming its field."""
         first = exc.errors()[0]
         return cls(".".join(str(p) for p in first.get("loc", ())) or "event", first["msg"])
 
 
 class InvalidMessageError(_FieldError):
-    """A message was refused at enqueue. `field` names the offending field."""
+    """A message refused at enqueue."""
 
 
 class DownstreamUnavailable(OutboxError):

@@ -1,5 +1,4 @@
-"""What a relay handler does, outside the handler: parse the schedule's event,
-run one invocation in the configured mode, emit metrics and return the summary."""
+"""A relay handler's work: the schedule's event, one invocation in the configured mode, metrics."""
 
 from __future__ import annotations
 
@@ -22,21 +21,15 @@ from .summary import COUNTERS, Summary
 
 
 class ScheduleEvent(ScheduledEvent):
-    """The event a schedule sends to a relay (`schedule.ScheduledEvent`), with
-    `channel`. A `channel` that differs from the function's OUTBOX_CHANNEL is
-    refused (a misrouted schedule)."""
-
-    channel: Channel | None = None
-    #: A latency-mode poller that started this invocation as its successor (its lease token), and why.
+    channel: Channel | None = None  # another than OUTBOX_CHANNEL is a misrouted schedule
+    # From a poller starting its successor or adding one: its lease token, why, and the slot.
     predecessor: str | None = Field(default=None, max_length=200)
     reason: str | None = None
-    #: Its slot among the channel's pollers (a successor takes its predecessor's).
     slot: int | None = Field(default=None, ge=0, le=99)
 
 
 def check_timeout(deps: Dependencies, context: Any) -> None:
-    """Refuse to run when the Lambda timeout is not shorter than the lease (a
-    message could be claimed twice while its first delivery still runs)."""
+    """A message could be claimed twice while its first delivery runs."""
     remaining = context.get_remaining_time_in_millis() / 1000.0
     if remaining >= deps.settings.lease_seconds:
         raise ConfigurationError(
@@ -47,10 +40,8 @@ def check_timeout(deps: Dependencies, context: Any) -> None:
 
 
 class MetricsWindow:
-    """The invocation's EMF metrics, flushed at least every `interval_seconds`
-    while it runs (a latency-mode invocation lasts about a minute), the rest by
-    the handler's `log_metrics` at the end. Each flush carries the counts since
-    the one before and the delivery lag of the messages delivered meanwhile."""
+    """EMF metrics flushed at least every `interval_seconds` while a long invocation runs, each
+    flush what happened since the one before; the handler flushes the rest."""
 
     def __init__(self, channel: Channel, interval_seconds: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -70,7 +61,6 @@ class MetricsWindow:
             self._due = self.clock() + self.interval
 
     def add(self, summary: Summary) -> None:
-        """Add the metrics of what happened since the last flush (not flushed)."""
         obs.ensure_namespace()
         obs.metrics.add_dimension(name="channel", value=self.channel.value)
         counters = summary.counters()
@@ -93,9 +83,6 @@ class MetricsWindow:
 
 def _run_poller(deps: Dependencies, deadline: Deadline, owner: str, window: MetricsWindow,
                 slot: int | None) -> tuple[Summary, Handover]:
-    """A latency-mode invocation as a poller of the handover (`pollers`): registered,
-    renewed by a heartbeat, gone when a newer poller polls, its successor started
-    near its deadline or on an early end."""
     settings = deps.settings
     handover = Handover(deps.pollers, owner, settings.channel, deadline,
                         lead_seconds=settings.effective_successor_lead_seconds,
@@ -125,11 +112,6 @@ def _run_poller(deps: Dependencies, deadline: Deadline, owner: str, window: Metr
 
 
 def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) -> dict[str, Any]:
-    """Run one relay invocation for `deps.settings.channel` and return the summary dict.
-
-    Raises `InvalidEventError` for an unusable event, `ConfigurationError`
-    for a misrouted schedule or a timeout not shorter than the lease.
-    """
     try:
         parsed = ScheduleEvent.model_validate(event or {})
     except ValidationError as exc:
@@ -149,8 +131,7 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
         summary, handover = RelayLoop(deps.store, deps.publisher, deps.policy, deadline, owner,
                                            on_progress=window.maybe_flush).run(), None
     if summary.oldest_pending_age_seconds is None:
-        # The outcome writes read it. With nothing recorded, a last claim that found
-        # nothing says no message was due; else (a closed gate) it is read.
+        # Nothing recorded: a last claim that found nothing says none was due; else read it.
         summary.oldest_pending_age_seconds = 0.0 if summary.last_claim_found is False \
             else deps.store.oldest_pending_age_seconds()
     result = summary.as_dict()

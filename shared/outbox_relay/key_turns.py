@@ -28,8 +28,7 @@ class KeyTurns:
         self.committed = max(self.committed, number)
 
     def held(self, messages: Sequence[ClaimedMessage], epoch: int | None = None) -> set[tuple[str, str]]:
-        """The keys of `messages` behind an undelivered one whose write had not committed when
-        their claim began (`epoch`; None: every failure holds)."""
+        """Keys behind an undelivered message whose write had not committed when the claim began."""
         failed = self._failed
         if not failed:
             return set()
@@ -57,7 +56,7 @@ class KeyTurns:
                 del self._failed[k]
 
     def note(self, message: ClaimedMessage, delivered: bool, dead: bool = False, *, write: int = 0) -> None:
-        """What became of `message` in write number `write`; undelivered (or dead, under block) holds its key."""
+        """Undelivered (or dead, under block) holds its key."""
         if message.key is None:
             return
         k = (message.destination, message.key)

@@ -25,7 +25,7 @@ def _value(bucket: int) -> float:
 
 
 class LagHistogram:
-    """Counts of lags by bucket, with the exact maximum; the summary's lock guards it."""
+    """The summary's lock guards it."""
 
     __slots__ = ("buckets", "count", "max_ms")
 

@@ -1,43 +1,14 @@
-"""One invocation of the relay, read top to bottom: `RelayLoop.run` checks the
-gate, claims a batch under a lease, delivers it, hands every result to the
-recorder (`recording.Recorder`), and decides whether to claim again, until the
-mode says the invocation is done (OUTBOX_MODE; docs/design.md, "Invocation
-modes" and "The pipeline"). The summary is built here.
+"""One relay invocation: check the gate, claim under a lease, deliver, record, until the mode
+(OUTBOX_MODE) says done (docs/design.md, "Invocation modes" and "The pipeline").
 
-- `batch`: one batch, strictly in sequence: claim, deliver, record, nothing
-  claimed ahead. A claim that is not yet the batch (a suspect, or one that only
-  moved rows out of their key's way or requeued expired leases) is followed by
-  another, as is one waiting on a locked head not yet confirmed (after
-  `LOCKED_HEAD_RECHECK_SECONDS`);
-- `drain`: batches back to back while each comes back full and time remains;
-- `latency`: batches until the deadline; when a claim finds nothing, wait and
-  claim again: an eighth of the poll interval first, doubling to the interval
-  (and, while idle, up to its maximum), back to the start once a claim finds rows.
-
-Drain and latency pipeline where the publisher allows it (`Publisher.pipelined`):
-the next batch is claimed (its own thread, its own database connection) while
-this one is delivered, and the previous one's outcomes are written (the
-recorder's thread). The rules that make this safe:
-
-- a batch is delivered only after its claim returned, so after its lease committed;
-- outcome writes run one at a time, in order, each fenced on the lease token;
-- while a batch is delivered, at most one earlier batch's writes are still
-  running, and each claim takes half the byte budget, so what is in memory and
-  what a crash could leave unrecorded stay bounded;
-- a batch claimed ahead and never delivered (the invocation ended, the downstream
-  went away) is released with its attempts refunded;
-- a claim may take the next messages of a key whose earlier ones are still ours in
-  flight; batches are delivered in order, and `KeyTurns` releases those whose
-  earlier message was not delivered;
-- a suspect (an expired lease, re-claimed alone) is delivered with nothing else in
-  flight: every earlier write done, nothing claimed ahead;
-- a write that fails stops the invocation: the error propagates, and what was
-  not recorded comes back when its lease expires.
-
-Latency mode rides through a lost database (a failover, a restart): a claim that
-cannot reach PostgreSQL counts as a closed gate, and the invocation claims again
-after a capped backoff (`UNREACHABLE_MAX_WAIT`) until its deadline; an outcome
-write is tried again the same way, for as long as the invocation has time.
+Drain and latency pipeline where the publisher allows: the next batch is claimed while this one
+is delivered and the previous one's outcomes are written. Safe because a batch is delivered
+only after its claim committed; writes run one at a time, in order, fenced; at most one earlier
+batch's writes run during a delivery and each claim takes half the byte budget (bounded memory
+and loss); a batch claimed ahead and not delivered is released, refunded; `KeyTurns` releases a
+key's later messages when an earlier one was not delivered; a suspect is delivered with nothing
+else in flight; a failed write stops the invocation (its leases expire). Latency mode rides
+through a lost database: claims and writes are tried again, backing off, until the deadline.
 """
 
 from __future__ import annotations
@@ -63,8 +34,6 @@ from .tracing import batch_span
 
 @dataclass(frozen=True, slots=True)
 class RelayPolicy:
-    """Tunables of one invocation. Times in seconds."""
-
     batch_size: int
     lease_seconds: float
     backoff: Backoff
@@ -75,26 +44,17 @@ class RelayPolicy:
     poll_max_interval_seconds: float = 0.1
 
 
-#: After a claim that found messages, the first idle wait is the poll interval divided by
-#: this, doubling from there: a producer that paused for a moment costs a few quick polls,
-#: not a whole interval of lag; a quiet table settles at one poll per interval.
+#: The first idle wait is the poll interval over this, doubling: a producer's short pause costs a
+#: few quick polls, not a whole interval of lag; a quiet table settles at one poll per interval.
 IDLE_RAMP = 8
-#: Why nothing was claimed: the deadline (or the lease) leaves no time for a batch.
 NO_TIME = "not enough time left before the deadline"
-#: Why a claim claimed nothing: the database could not be reached.
 DATABASE_UNREACHABLE = "database unreachable"
-#: Why a message was released because an earlier one of its key was not delivered.
 KEY_HELD = "not attempted: an earlier message of its key was not delivered in this invocation"
 
 
 class RelayLoop:
-    """Claim, deliver, record, until the mode says the invocation is done (the
-    module's docstring). `run` is the loop; the methods after it are its steps.
-
-    `on_progress(summary)` is called after every claim in drain and latency modes
-    (the invocation flushes its metrics from there); `sleep` waits (tests pass a
-    fake); in latency mode, while `may_claim()` is false the invocation waits
-    instead of claiming (a handover's older poller)."""
+    """`run` is the loop, the methods after it its steps. `on_progress(summary)` after every claim
+    but in batch mode (metrics flush); while `may_claim()` is false (a handover), it waits."""
 
     def __init__(self, store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str, *,
                  on_progress: Callable[[Summary], None] | None = None,
@@ -127,11 +87,7 @@ class RelayLoop:
         self.unreachable_wait = 0.0
 
     def run(self) -> Summary:
-        """Run the invocation and return its summary.
-
-        Raises whatever the store or publisher raise that is not a delivery outcome
-        (a bug, the database down outside latency mode), once what was claimed and
-        not recorded was released (attempts refunded) where the database still answers."""
+        """The summary; what is not a delivery outcome is raised once the unrecorded rest was released."""
         started = time.perf_counter()
         self.publisher.begin(self.deadline)
         try:
@@ -194,9 +150,7 @@ class RelayLoop:
                 self.recorder.wait_until(0)
 
     def claim(self) -> Batch | str:
-        """Check the gate and claim one batch; a reason string instead when nothing
-        may be claimed (gate closed, no time left before the deadline or the lease,
-        the database unreachable in latency mode)."""
+        """One batch, or why nothing may be claimed (gate closed, no time, database unreachable)."""
         deadline, policy, summary = self.deadline, self.policy, self.summary
         if deadline.seconds_left() <= 0:
             return NO_TIME
@@ -217,10 +171,8 @@ class RelayLoop:
         except Exception as exc:
             if not self.polls or not database_unreachable(exc):
                 raise
-            # The claim may have committed and its answer been lost: rows leased under
-            # this token that we never saw. Claim under a new token from now on, so
-            # that those do not count as ours in flight (a key's later messages would
-            # pass them); the registry takes them over under the invocation's token.
+            # Its answer may be lost after it committed: a new token, so that rows we never saw do not
+            # count as ours in flight (a key's later ones would pass them); the registry takes them over.
             self.tokens += 1
             self.owner = f"{self.base_owner}/{self.tokens}"
             return DATABASE_UNREACHABLE
@@ -237,12 +189,7 @@ class RelayLoop:
         return batch
 
     def deliver(self, batch: Batch) -> None:
-        """Deliver the batch's leased messages, then release what was not recorded.
-
-        Messages of a key with an earlier message this invocation did not deliver
-        are released first. Downstream unavailable and StopBatch end the batch
-        (`batch.stopped`); any other exception propagates after the rest was
-        released (when the store answers)."""
+        """Deliver the leased messages but those held by their key; release what was not recorded."""
         recorder, publisher = self.recorder, self.publisher
         release_class, release_error = ErrorClass.NOT_ATTEMPTED, "not attempted before the deadline"
         try:
@@ -273,7 +220,6 @@ class RelayLoop:
             self.summary.stopped = batch.stopped
 
     def reached(self, batch: Batch | str) -> None:
-        """Note whether the database answered this claim: the time it did not is counted."""
         now = time.monotonic()
         if batch == DATABASE_UNREACHABLE:
             if self.unreachable_since is None:
@@ -288,13 +234,10 @@ class RelayLoop:
             self.unreachable_wait = 0.0
 
     def again_after_nothing(self, batch: Batch) -> bool:
-        """Whether to claim again after a claim that claimed nothing (waiting first
-        where that is the rule); False ends the invocation."""
+        """Whether to claim again (waiting first where that is the rule); False ends the invocation."""
         claim = batch.claim
         if self.one_batch:
-            # Not yet the batch. Behind a locked head not yet confirmed, claim again
-            # shortly; after moving rows out of their key's way (for good) or
-            # requeuing expired leases, at once.
+            # Not yet the batch: shortly behind an unconfirmed locked head; at once after moves or requeues.
             if batch.waiting_on_a_lock and self.wait_for(LOCKED_HEAD_RECHECK_SECONDS):
                 return True
             return claim.scanned > 0 or claim.requeued > 0
@@ -308,21 +251,17 @@ class RelayLoop:
         return self.polls and self.wait_idle()
 
     def again_after(self, batch: Batch) -> bool:
-        """Whether to claim again after a batch that was delivered: after a suspect (not
-        yet the batch), in latency mode until the deadline, in drain mode after a full
-        batch or one that gave messages back untried (due again now)."""
+        """After a suspect (not yet the batch), in latency mode, or in drain mode after a full batch or
+        one that gave messages back untried."""
         claim = batch.claim
         if claim.suspect or self.polls:
             return True
         if self.one_batch and not batch.leased:
-            # Only dead letters (expired leases with no attempts left): not yet the batch,
-            # as after a claim that claimed nothing.
+            # Only dead letters (expired with no attempts left): not yet the batch.
             return claim.scanned > 0 or claim.requeued > 0
         return not self.one_batch and (batch.full or batch.not_attempted > 0)
 
     def wait_unreachable(self) -> bool:
-        """Back off before the next try (doubling up to `UNREACHABLE_MAX_WAIT`, never
-        past the deadline); False when no time is left."""
         left = self.deadline.seconds_left()
         if left <= 0:
             return False
@@ -331,15 +270,12 @@ class RelayLoop:
         return True
 
     def wait_for(self, seconds: float) -> bool:
-        """Sleep `seconds` if the deadline leaves them; False (no sleep) when it does not."""
         if self.deadline.seconds_left() <= seconds:
             return False
         self.sleep(seconds)
         return True
 
     def wait_idle(self) -> bool:
-        """Sleep the idle wait (never past the deadline), then double it up to the
-        poll interval and, while idle, to its maximum; False when no time is left."""
         left = self.deadline.seconds_left()
         if left <= 0:
             return False
@@ -348,7 +284,6 @@ class RelayLoop:
         return True
 
     def release_ahead(self, error: str) -> None:
-        """Give back a batch claimed ahead and not delivered, attempts refunded."""
         future, self.next_batch = self.next_batch, None
         if future is not None:
             batch = future.result()
@@ -356,8 +291,7 @@ class RelayLoop:
                 self.recorder.release(batch, ErrorClass.NOT_ATTEMPTED, error)
 
     def close(self, *, quiet: bool) -> None:
-        """Release what was claimed ahead and wait for every write. With `quiet`
-        (an error is already on its way out) a further failure is logged, not raised."""
+        """`quiet`: an error is on its way out already; a further failure is logged, not raised."""
         if self.unreachable_since is not None:  # an outage still going on counts until now
             self.summary.database_unreachable_seconds += time.monotonic() - self.unreachable_since
             self.unreachable_since = None

@@ -1,20 +1,6 @@
-"""What the maintenance function does, outside its handler.
-
-On its daily schedule: the retention purge with the configured windows
-(`OUTBOX_RETAIN_DELIVERED_SECONDS`, `OUTBOX_RETAIN_DEAD_SECONDS`), in bounded
-batches that stop before the Lambda timeout, then the backlog metrics.
-On a redrive request: the redrive, then the backlog metrics.
-
-Backlog metrics (EMF, namespace from POWERTOOLS_METRICS_NAMESPACE, dimensions
-`channel` and `service`), one EMF document per channel because an EMF
-document carries one set of dimension values: PendingDepth, OldestPendingAge
-(seconds), DeadCount and, after a purge, Purged. Every channel is reported,
-with zeros when it has no messages, so the dashboard and the backlog alarm have
-data while the relay is idle.
-
-Nothing here runs at import; `get_dependencies()` builds the settings and the
-engine once per container and `reset()` forgets them (tests).
-"""
+"""The maintenance function's work: daily the retention purge (bounded batches that stop before
+the timeout), or an operator's redrive; then every channel's backlog metrics, zeros included, so
+the dashboard and the backlog alarm have data while the relay is idle."""
 
 from __future__ import annotations
 
@@ -38,25 +24,16 @@ from .operations.stats import Backlog, backlog
 from .publishers.registry import Channel
 from .schedule import ScheduledEvent
 
-#: Purge batches are not started when fewer seconds than this remain in the
-#: invocation (at least the relay's deadline margin): the backlog query and the
-#: metrics still have to run. What is left is purged the next day.
+#: No purge batch starts with less time left (or the deadline margin): the backlog metrics must run.
 MIN_RESERVE_SECONDS = 10.0
 
 
 class ScheduledRun(ScheduledEvent):
-    """The schedule's event (`schedule.ScheduledEvent`): the template's `Input`
-    (`action` ``maintenance``) or an EventBridge rule's "Scheduled Event".
-    `action`, when present, must be ``maintenance``."""
-
     action: Literal["maintenance"] = "maintenance"
 
 
 class RedriveRequest(BaseModel):
-    """An operator's redrive request, e.g. ``{"action": "redrive", "channel":
-    "redis", "error_class": "transient"}``. Selectors combine (all must match);
-    ``"all": true`` alone redrives every dead letter. Unknown fields are
-    refused: a misspelt selector must not widen a redrive."""
+    """Selectors combine (all must match); unknown fields are refused: a misspelt one must not widen it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,45 +47,29 @@ class RedriveRequest(BaseModel):
     source: str | None = None
 
     def selection(self) -> RedriveSelection:
-        """The `RedriveSelection`; raises `ValueError` when nothing or too much is selected."""
         return RedriveSelection(tuple(self.ids), self.channel,
                                     self.error_class.value if self.error_class else None, self.all)
 
 
 @dataclass(frozen=True)
 class MaintenanceDependencies:
-    """What a maintenance invocation needs; tests may build their own."""
-
     settings: MaintenanceSettings
     engine: Engine
 
 
 @functools.cache
 def get_dependencies() -> MaintenanceDependencies:
-    """Settings and engine for this container, built on first use (cold start).
-    Raises `ConfigurationError` naming the variable at fault."""
     settings = load_maintenance_settings()
     return MaintenanceDependencies(settings, create_relay_engine(settings))
 
 
 def reset() -> None:
-    """Forget the cached dependencies (tests, or after changing the environment)."""
     if get_dependencies.cache_info().currsize:
         get_dependencies().engine.dispose()
     get_dependencies.cache_clear()
 
 
 def run_maintenance(event: dict[str, Any] | None, context: Any, deps: MaintenanceDependencies) -> dict[str, Any]:
-    """Run one maintenance invocation and return its summary dict.
-
-    `event` is a `ScheduledRun` (purge, then backlog metrics) or a
-    `RedriveRequest` (redrive, then backlog metrics). Metrics are added to the
-    Powertools singleton: every channel but the last is flushed here (one EMF
-    document per channel), the last by the handler's `log_metrics`.
-
-    Raises `InvalidEventError` for an unusable event (naming the field), a
-    redrive request that selects nothing included.
-    """
     event = event or {}
     purged: PurgeResult | None = None
     summary: dict[str, Any]
@@ -157,9 +118,8 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
 
 
 def emit_backlog(figures: list[Backlog], purged: PurgeResult | None = None) -> None:
-    """Add PendingDepth, OldestPendingAge, DeadCount (and Purged, when a purge
-    ran) per channel to the metrics singleton, one dimension set per EMF
-    document: the set of each channel but the last is flushed here."""
+    """One EMF document per channel (a document has one set of dimension values); the handler
+    flushes the last."""
     obs.ensure_namespace()
     for i, b in enumerate(figures):
         if i:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Mapping, NamedTuple
 
@@ -60,18 +60,8 @@ class OutcomeKind(str, enum.Enum):
 
 
 class ClaimedMessage(NamedTuple):
-    """A message as the claim statement returned it (an immutable tuple).
-
-    `message_id` is the UUID's canonical text (lowercase, hyphenated, as
-    PostgreSQL writes it): every use of it on the hot path is as text (entry
-    field, dedupe key, email tag), so no `uuid.UUID` is built per row.
-    `payload_json` and `headers_json` are the stored JSON text, exactly as the
-    producer wrote it (no re-serialisation on the hot path).
-    `created_at` is an ISO 8601 UTC string produced by the database.
-
-    A named tuple rather than a frozen dataclass: a claim builds one per row,
-    and a frozen dataclass's `__init__` runs one `object.__setattr__` per field.
-    """
+    """A claimed row, texts as the database wrote them (no UUID, JSON or time parsed on the hot
+    path); a named tuple: a frozen dataclass's `__init__` costs a setattr per field per row."""
 
     seq: int
     message_id: str
@@ -90,13 +80,7 @@ _new_tuple = tuple.__new__
 
 
 class DeliveryResult(NamedTuple):
-    """What a publisher reports for one message (an immutable tuple, cheap to
-    build once per message; see `ClaimedMessage`).
-
-    Exactly one of `delivery_ref` (success) or `error_class` (failure) is set.
-    `retry_after_seconds` lets a publisher ask for a specific deferral (for
-    example a long one when the SES daily quota is exhausted).
-    """
+    """A publisher's report on one message: `delivery_ref` or `error_class`, and perhaps its own deferral."""
 
     seq: int
     delivery_ref: str | None = None
@@ -110,17 +94,12 @@ class DeliveryResult(NamedTuple):
 
     @classmethod
     def delivered(cls, seq: int, delivery_ref: str) -> "DeliveryResult":
-        """A success, built positionally (a keyword call to a named tuple is
-        several times slower, and this runs once per message)."""
+        """Positional: a keyword call to a named tuple is several times slower, once per message."""
         return _new_tuple(cls, (seq, delivery_ref, None, None, None))
 
 
 class Outcome(NamedTuple):
-    """One row of an outcome write: what to record for claimed message `seq`
-    (an immutable tuple, built once per message).
-
-    `delay_seconds` is added to the database's `now()` for RETRY and RELEASE.
-    """
+    """What to record for claimed message `seq`; `delay_seconds` from the database's `now()`."""
 
     seq: int
     kind: OutcomeKind
@@ -131,7 +110,6 @@ class Outcome(NamedTuple):
 
     @classmethod
     def delivered(cls, seq: int, delivery_ref: str | None) -> "Outcome":
-        """DELIVERED for `seq`, built positionally (see `DeliveryResult.delivered`)."""
         return _new_tuple(cls, (seq, OutcomeKind.DELIVERED, None, None, delivery_ref, 0.0))
 
 
@@ -141,8 +119,7 @@ class MessageRow:
 
     seq: int
     message_id: uuid.UUID
-    #: The channel's name: the schema takes any (migration 0007), a registered one or not.
-    channel: str
+    channel: str  # the schema takes any name (migration 0007)
     destination: str
     type: str
     key: str | None
@@ -163,25 +140,4 @@ class MessageRow:
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> "MessageRow":
-        return cls(
-            seq=m["seq"],
-            message_id=m["message_id"],
-            channel=m["channel"],
-            destination=m["destination"],
-            type=m["type"],
-            key=m["key"],
-            payload=m["payload"],
-            headers=m["headers"],
-            status=Status(m["status"]),
-            attempts=m["attempts"],
-            max_attempts=m["max_attempts"],
-            available_at=m["available_at"],
-            lease_owner=m["lease_owner"],
-            lease_expires_at=m["lease_expires_at"],
-            last_error=m["last_error"],
-            last_error_class=m["last_error_class"],
-            delivery_ref=m["delivery_ref"],
-            created_at=m["created_at"],
-            delivered_at=m["delivered_at"],
-            dead_at=m["dead_at"],
-        )
+        return cls(**{f.name: m[f.name] for f in fields(cls)} | {"status": Status(m["status"])})

@@ -8,9 +8,7 @@ from typing import Any
 
 
 def memoize_paramstyle_conversion() -> None:
-    """Replace `pg8000.legacy.convert_paramstyle` for the process (idempotent; a no-op if
-    pg8000 moves it). The cache is bounded (it empties when full) so SQL built at run
-    time cannot grow it."""
+    """Idempotent; the cache empties when full, so SQL built at run time cannot grow it."""
     try:
         import pg8000.legacy as legacy
     except ImportError:  # pragma: no cover - pg8000 is a dependency

@@ -1,27 +1,7 @@
-"""The poller handover of latency mode (docs/design.md, "The poller handover").
-
-A latency-mode invocation is a poller. It registers in `outbox_poller` when it
-starts and renews the registration from a heartbeat thread about five times per
-registration time-to-live. From each renewal it learns:
-
-- a newer poller of its slot is live: it leaves (stops claiming and starting
-  deliveries, finishes what is in flight, returns). The newest poller is the one
-  that stays, so the cost is about one poller per slot at a time;
-- a registration expired (its poller died: killed, out of memory, timed out): its
-  leases are taken over at once instead of when they expire;
-- older live pollers have not renewed since it registered (they may not know of
-  it yet): a rate-shared channel (SES) does not claim until they have.
-
-Near its deadline with no newer poller, it starts its successor itself (at most
-once, refused by the registry when a newer poller is live); so does a poller that
-ends early on an error. A poller that cannot start one says so (metric, log) and
-goes on. A channel keeps `Pollers.count` slots, each a chain of pollers (a
-successor takes its predecessor's slot); while the backlog's oldest due message is
-older than `Pollers.add_age_seconds`, a poller asks for one more slot (up to
-`Pollers.max`); a poller of an added slot leaves when half its claims find
-nothing, and starts a successor only while the backlog is old. Times that are compared live in PostgreSQL, on its clock; the heartbeat's
-schedule and the deadline are durations on this process's monotonic clock.
-"""
+"""Latency mode's poller handover (docs/design.md, "The poller handover"): each poller registers,
+renews from a heartbeat, leaves for a newer poller of its slot, takes over dead ones' leases and
+starts its own successor near its deadline, so a slot costs about one poller at a time. Times
+that are compared live in PostgreSQL, on its clock; this process keeps only durations."""
 
 from __future__ import annotations
 
@@ -48,8 +28,7 @@ ADD_COOLDOWN_SECONDS = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Pollers:
-    """How many pollers a channel keeps (OUTBOX_POLLERS), up to how many while its
-    backlog's oldest due message is older than `add_age_seconds` (OUTBOX_POLLERS_MAX)."""
+    """OUTBOX_POLLERS, up to OUTBOX_POLLERS_MAX while the oldest due message is older than `add_age_seconds`."""
 
     count: int = 1
     max: int = 1
@@ -58,34 +37,27 @@ class Pollers:
 
 @dataclass(frozen=True, slots=True)
 class Renewal:
-    """What one renewal read from the registry."""
-
     registered: bool = True
     newer: int = 0
     others: int = 0
     older_unaware: int = 0
     expired: int = 0
-    #: The database's now() of the renewal, as text (the reference of `older_unaware`).
-    at: str | None = None
-    #: The channel's oldest due message's age, seconds (0 when none is due).
+    at: str | None = None  # the database's now(), the reference of `older_unaware`
     backlog_age: float = 0.0
 
 
 class Registry(Protocol):
     """The registry statements a poller runs (tests pass a model of them)."""
 
-    def register(self, owner: str, deadline_seconds: float, slot: int | None) -> tuple[float | None, int, int]:
-        """Register; (seconds without a poller before it or None, other live pollers, its slot)."""
+    def register(self, owner: str, deadline_seconds: float, slot: int | None) -> tuple[float | None, int, int]: ...
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal: ...
 
-    def take_over(self) -> tuple[int, int]:
-        """Take over expired registrations' leases; (registrations, messages)."""
+    def take_over(self) -> tuple[int, int]: ...
 
     def request_successor(self, owner: str, lead_seconds: float) -> bool: ...
 
-    def add(self, owner: str, max_slots: int, lead_seconds: float) -> int | None:
-        """Ask for a poller in a free slot; the slot, or None when refused."""
+    def add(self, owner: str, max_slots: int, lead_seconds: float) -> int | None: ...
 
     def leave(self, owner: str) -> None: ...
 
@@ -133,25 +105,9 @@ StartSuccessor = Callable[[dict[str, Any]], None]
 
 
 class Handover:
-    """One poller's side of the handover, as a state machine: `start()` once,
-    `beat()` on a schedule (`HeartbeatThread`), `finish()` once at the end.
-    `leaving` turns true when a newer poller is live; the invocation then stops
-    (`deadline()` has passed). Counts and the reason it ended go to `summary()`.
-
-    Args:
-        registry: the registry statements.
-        owner: this invocation's lease token (its registration's key).
-        channel: the channel it relays.
-        deadline: the invocation's deadline (Lambda's remaining time and margin).
-        lead_seconds: with no newer poller, start a successor this long before the deadline.
-        start_successor: invokes the successor, or None (self-invoke off): then none is started.
-        rate_shared: the channel shares a rate across pollers (SES): it does not claim
-            while older pollers may not have seen it, and paces at its share.
-        background: the heartbeat starts the successor on a thread of its own (tests
-            on a fake clock pass False: at once, in the heartbeat's call).
-        slot: the slot it was started for (a successor's, an added one's), else None.
-        pollers: how many pollers the channel keeps, and adds while its backlog is old.
-    """
+    """One poller's side of the handover: `start()`, `beat()` from a `HeartbeatThread`, `finish()`.
+    `rate_shared` (SES): no claim while older pollers may not know of it, paced at its share.
+    `background=False` (tests on a fake clock) starts the successor in the heartbeat's call."""
 
     def __init__(self, registry: Registry, owner: str, channel: Channel, deadline: Deadline, *,
                  lead_seconds: float, start_successor: StartSuccessor | None, rate_shared: bool = False,
@@ -165,7 +121,6 @@ class Handover:
         self.leaving = False
         self.shed = False
         self.slot, self.pollers = slot, pollers
-        #: The backlog's age (from the last renewal); claims, claims that found rows (`observe`).
         self._age, self._claims, self._found, self._window = 0.0, 0, 0, (0, 0)
         self.registered = False
         self.gap_seconds: float | None = None
@@ -182,24 +137,19 @@ class Handover:
 
     # -- the deadline the invocation runs under -------------------------------------------------
     def deadline(self) -> Deadline:
-        """The invocation's deadline, passed at once when this poller leaves (nothing
-        new is started; what is in flight finishes and is recorded)."""
+        """Passed at once when this poller leaves: nothing new starts, what is in flight is recorded."""
         outer = self.outer
         return Deadline(lambda: 0 if self.leaving else outer.remaining_ms(), outer.margin_seconds)
 
     def may_claim(self) -> bool:
-        """False while a rate-shared poller's older peers may not know of it yet."""
         return not (self.rate_shared and self.older_unaware)
 
     def rate_share(self) -> float:
-        """This poller's share of a shared rate: one over the live pollers."""
         return 1.0 / (1 + self.others)
 
     # -- the life of a poller -------------------------------------------------------------------
     def start(self, sleep: Callable[[float], Any] = time.sleep) -> None:
-        """Register, then renew once: the renewal's time is the reference for older
-        pollers' awareness. While PostgreSQL cannot be reached, try again with a
-        capped backoff until the deadline (then raise: nothing was claimed)."""
+        """Register (retried while PostgreSQL is unreachable), then renew: the reference for older pollers."""
         def register() -> tuple[float | None, int, int]:
             self._started_left = self.outer.seconds_left()
             return self.registry.register(self.owner, self._started_left, self.slot)
@@ -214,8 +164,7 @@ class Handover:
         self.beat()
 
     def beat(self) -> None:
-        """One heartbeat: renew, act on what it read. Errors are logged, not raised:
-        the next heartbeat tries again."""
+        """Renew and act on what it read; errors are logged: the next heartbeat tries again."""
         try:
             renewal = self.registry.renew(self.owner, self._aware_after)
             unaware = renewal.older_unaware
@@ -251,16 +200,13 @@ class Handover:
             obs.logger.warning("poller heartbeat failed", extra={"error_type": type(exc).__name__})
 
     def observe(self, summary: Any) -> None:
-        """Note the loop's claims and those that found rows (called after each claim)."""
         self._claims, self._found = summary.polls, summary.batches
 
     def backlog_old(self) -> bool:
         return self._age > self.pollers.add_age_seconds
 
     def scale(self) -> None:
-        """While the backlog is old, ask for a poller in a free slot (the registry
-        allows one add per channel at a time) and start it. Else a poller of an added
-        slot whose claims found nothing in half of them since the last beat leaves."""
+        """While the backlog is old, add a poller; else an added one that found nothing in half its claims leaves."""
         claims, found = self._claims - self._window[0], self._found - self._window[1]
         self._window = (self._claims, self._found)
         if self.backlog_old():
@@ -272,10 +218,8 @@ class Handover:
             obs.logger.info("leaving: an added poller that finds nothing to do", extra={"slot": self.slot})
 
     def hand_over(self, reason: str, *, background: bool = False) -> None:
-        """Start a successor unless one was started or a newer poller is live, or
-        this poller holds an added slot and the backlog is not old. With
-        `background`, the invoke runs on a thread of its own (a slow API call must
-        not hold up the heartbeat); `finish` waits for it."""
+        """Start a successor once, unless a newer poller is live or an added slot is not needed.
+        `background`: on a thread of its own (a slow invoke must not hold up the heartbeat)."""
         with self._lock:
             if self.successor is not None or self.start_successor is None or not self.registered:
                 return
@@ -313,11 +257,8 @@ class Handover:
                              extra={"reason": reason, "error_type": type(exc).__name__})
 
     def finish(self, *, failed: bool) -> None:
-        """The invocation ends. Unless a newer poller is live, start a successor
-        first: at the deadline (if the heartbeat did not), or on an early end (an
-        error, a stopped batch) after at least `lead_seconds` of polling; a poller
-        that fails sooner starts none, so a fault that ends every poller at once
-        makes no chain of invocations. Then leave the registry. Errors are logged."""
+        """Start a successor (unless a newer poller is live) at the deadline, or on an early end after
+        `lead_seconds` of polling (sooner, none: a fault ending every poller makes no chain); leave."""
         if not self.registered:
             return
         try:
@@ -337,8 +278,7 @@ class Handover:
             self._metrics.append((name, value))
 
     def emit_metrics(self) -> None:
-        """Emit the metrics noted since the last call. From the invocation's thread:
-        the heartbeat thread only notes them (Powertools' metric set is not thread-safe)."""
+        """From the invocation's thread: Powertools' metric set is not thread-safe."""
         with self._metrics_lock:
             noted, self._metrics = self._metrics, []
         for name, value in noted:
@@ -352,9 +292,8 @@ class Handover:
 
 
 class HeartbeatThread:
-    """Calls `handover.beat()` every `interval` seconds until stopped. Stopping waits
-    for a renewal in progress at most `join_seconds`: a statement stuck on a lost
-    database must not carry the invocation past its deadline margin."""
+    """`handover.beat()` every `interval`; stopping waits at most `join_seconds`, so a renewal stuck
+    on a lost database does not carry the invocation past its deadline margin."""
 
     def __init__(self, handover: Handover, interval: float, join_seconds: float = 2.0) -> None:
         self.handover, self.interval, self.join_seconds = handover, float(interval), float(join_seconds)
@@ -375,8 +314,7 @@ class HeartbeatThread:
 
 
 def lambda_starter(function_name: str, region: str | None) -> StartSuccessor:
-    """Start the successor with an asynchronous Invoke of this very function (its
-    name from AWS_LAMBDA_FUNCTION_NAME); the client is built on first use."""
+    """An asynchronous Invoke of this very function; the client built on first use."""
     client: list[Any] = []
 
     def start(event: dict[str, Any]) -> None:

@@ -1,15 +1,6 @@
-"""Producer API, every channel: write outbox messages inside the caller's transaction.
-
-Call these with the SQLAlchemy `Connection` or `Session` that carries your
-business change; the message exists exactly when your transaction commits.
-Nothing here commits or opens a connection; the environment is read only for
-the Lambda X-Ray trace header (`tracing.current_context`).
-
-`enqueue(conn, channel=…, **fields)` writes one message for any registered channel;
-each channel's named function (`enqueue_event`, `enqueue_email`, `enqueue_sqs`, …) is
-defined in its package (`publishers/<channel>/message.py`) and exported here from the
-registry. `enqueue_bulk` writes many in one statement per chunk.
-"""
+"""Producer API, every channel: messages written in the caller's transaction (its SQLAlchemy
+`Connection` or `Session`), so they exist exactly when it commits; nothing here commits. Each
+channel's named function (`enqueue_event`, `enqueue_email`, …) comes from its package."""
 
 from __future__ import annotations
 
@@ -26,11 +17,9 @@ from .publishers.registry import CHANNELS
 from .publishers.spec import ChannelSpec
 from .write import _ID_TAKEN, check_conn, enqueue, insert_message, registered
 
-#: Most messages in one bulk statement.
 BULK_CHUNK = 1000
-#: Most payload and header JSON text in one bulk statement, bytes, so a bulk call
-#: holds about one statement's text at a time (a few copies of it: the texts, the
-#: statement's JSON array, its encoding), whatever the number of messages.
+#: Payload and header JSON text per bulk statement: a call holds about one statement's text at a
+#: time, whatever the number of messages.
 BULK_CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -50,9 +39,7 @@ class _Number:
 
 
 def _same_json(a: str, b: str) -> bool:
-    """Whether two JSON texts hold the same value as PostgreSQL's `jsonb` compares
-    them (the comparison with a stored message, `same_message_as_m`): key order and
-    spacing do not matter, numbers compare by value, a repeated key keeps its last value."""
+    """Equal as `jsonb` compares them, as against a stored message (`same_message_as_m`)."""
     if a == b:
         return True
     try:
@@ -63,8 +50,7 @@ def _same_json(a: str, b: str) -> bool:
 
 
 class _Holder(NamedTuple):
-    """The first message given a caller's message id in one bulk call: its position,
-    the fields that make it the same message, and a digest of its payload text."""
+    """The first message given an id in one bulk call: its position, identity and payload digest."""
 
     position: int
     fields: tuple[Any, ...]
@@ -73,11 +59,8 @@ class _Holder(NamedTuple):
 
 def _check_repeats(spec: ChannelSpec, data: Sequence[Mapping[str, Any]], holders: dict[uuid.UUID, _Holder],
                    i: int, row: Mapping[str, Any], now: datetime) -> None:
-    """Refuse message `i` when its id was given earlier in the call to a different
-    message: another channel, destination, type or key, or a payload that is another
-    JSON value (compared as `jsonb` compares, as against a stored message; headers are
-    not compared). Only the digest of a holder's payload is kept; its text is made
-    again when the digests differ."""
+    """Refuse message `i` when its id went earlier in the call to a different message (headers
+    aside); only a digest of the earlier payload is kept, its text made again when they differ."""
     fields = (row["channel"], row["destination"], row["type"], row["key"])
     digest = hashlib.sha256(row["payload"].encode("utf-8")).digest()
     holder = holders.setdefault(row["message_id"], _Holder(i, fields, digest))
@@ -94,31 +77,11 @@ def enqueue_events_bulk(conn: Any, messages: Iterable[Mapping[str, Any]]) -> lis
 
 
 def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: str) -> list[uuid.UUID]:
-    """Write many messages for `channel` in the caller's transaction, one statement per
-    chunk of at most 1,000 messages and 8 MiB of payload and header JSON text
-    (`BULK_CHUNK`, `BULK_CHUNK_BYTES`).
-
-    Each element is a mapping with the keyword arguments of the channel's named
-    function (for Redis, `enqueue_event`'s: `stream`, `type`, `payload`, optional
-    `key`, `message_id`, `deliver_at`, `max_attempts`, `headers`). Every message is
-    validated before anything is written (an iterator is read into a list first); an
-    invalid one raises
-    `InvalidMessageError` whose field is prefixed with its position, e.g.
-    ``messages[3].payload``. Returns the message ids in order.
-
-    Memory: the JSON text is made twice, once to validate (and kept only for the
-    first chunk) and once per chunk to write, so beyond the caller's own messages
-    a call holds one chunk's text a few times over, not every message's.
-
-    Message ids are idempotency keys, as for `enqueue_event`: an id already
-    written with the same message (channel, stream, type, key, payload as a JSON
-    value) is skipped, and so is the same message twice in one call. An id used
-    for a *different* message in this call is refused before anything is
-    written; one used earlier raises `InvalidMessageError` on
-    ``messages[i].message_id`` after the statement of its chunk ran (the
-    caller's transaction must not commit, which leaving its `with` block by the
-    exception ensures).
-    """
+    """Many messages (each the keyword arguments of the channel's named function), one statement
+    per chunk; all validated before any is written (``messages[3].payload`` names a refusal).
+    The JSON text is made again per chunk, so a call holds one chunk's text, not every message's.
+    An id already written for a different message is refused after its chunk's statement ran:
+    the exception leaves the caller's `with` block, so the transaction does not commit."""
     check_conn(conn)
     spec = registered(channel)
     if isinstance(messages, (Mapping, str, bytes)) or not isinstance(messages, Iterable):
@@ -160,8 +123,7 @@ def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: s
 
 
 def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
-    """Write the validated `rows` of positions `start`… in one statement (emptying
-    `rows`); raise on the first one whose id is held by a different message."""
+    """One statement (emptying `rows`); raise on the first id held by a different message."""
     for channel in {r["channel"] for r in rows}:
         registered(channel)
     messages = json.dumps([

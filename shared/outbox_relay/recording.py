@@ -20,8 +20,7 @@ from .tracing import context_of, trace_id
 
 
 class Batch:
-    """One claim as the loop delivers it: its leased messages and which are not recorded yet.
-    `epoch`: the committed outcome writes when the claim began (`KeyTurns`)."""
+    """`epoch`: the committed outcome writes when the claim began (`KeyTurns`)."""
 
     def __init__(self, claim: ClaimResult, limit: int, owner: str, epoch: int | None = None) -> None:
         self.claim, self.limit, self.owner, self.epoch = claim, limit, owner, epoch
@@ -33,28 +32,25 @@ class Batch:
 
     @property
     def full(self) -> bool:
-        """More may be waiting: the scan reached the limit, the byte budget cut it, or leases were requeued."""
+        """More may be waiting."""
         c = self.claim
         return c.cut or c.requeued > 0 or max(c.due, c.scanned, len(c.messages)) >= self.limit
 
     @property
     def moved_from_full(self) -> bool:
-        """Nothing claimed, but rows moved out of a full window or leases requeued: claim again."""
         c = self.claim
         return not c.messages and ((c.scanned > 0 and self.full) or c.requeued > 0)
 
     @property
     def waiting_on_a_lock(self) -> bool:
-        """Nothing moved, the window full behind heads another transaction holds locked, not yet
-        long enough to tell from a concurrent claim: claim again shortly."""
+        """A full window behind locked heads, not yet told from a concurrent claim's: claim again shortly."""
         c = self.claim
         return not c.messages and c.scanned == 0 and self.full and bool(c.unconfirmed)
 
 
 def to_outcome(result: DeliveryResult, message: ClaimedMessage, backoff: Backoff,
                throttle_delay_seconds: float) -> Outcome:
-    """What to record for one result (the classes are base.py's contract); anything not
-    delivered, dead, retried, settled or throttled is released, refunded."""
+    """By base.py's contract; any other class is released, refunded."""
     cls = result.error_class
     if cls is None:
         return Outcome.delivered(result.seq, result.delivery_ref)
@@ -74,10 +70,8 @@ def to_outcome(result: DeliveryResult, message: ClaimedMessage, backoff: Backoff
 
 
 class Recorder:
-    """The invocation's outcome writes, one fenced statement each, in order: at once, or
-    `queued` on a thread of their own (a failure raised at the caller's next call). With
-    `retry_within`, a write is retried while the database is unreachable and a second is
-    left; with `turns`, every message not delivered is noted there."""
+    """Outcome writes, one fenced statement each, in order: at once or `queued` on a thread (a failure
+    raised at the next call); `retry_within`: retried while the database is unreachable."""
 
     def __init__(self, store: Store, summary: Summary, backoff: Backoff, throttle_delay_seconds: float,
                  turns: KeyTurns | None, *, queued: bool, retry_within: Deadline | None = None,

@@ -1,8 +1,4 @@
-"""Per-container wiring for the Lambda handlers: settings, engine, clients,
-built once on first use (cold start) and reused by warm invocations.
-
-Nothing here runs at import. Tests call `reset()` after changing the environment.
-"""
+"""Per-container wiring for the relay handlers, built on first use (cold start), reused warm."""
 
 from __future__ import annotations
 
@@ -24,19 +20,15 @@ from .store import LeaseStore
 
 @dataclass(frozen=True)
 class Dependencies:
-    """What a relay invocation needs; tests may build their own."""
-
     settings: Settings
     store: LeaseStore
     publisher: Publisher
     policy: RelayPolicy
-    #: Latency mode: the poller registry, and how a poller starts its successor (None: it starts none).
     pollers: Registry | None = None
     start_successor: StartSuccessor | None = None
 
 
 def build_publisher(settings: Settings) -> Publisher:
-    """The publisher of `settings.channel`, built by its package (`publishers/registry.py`)."""
     return spec_for(settings.channel).build_publisher(settings)
 
 
@@ -61,7 +53,6 @@ def get_engine() -> Any:
 
 @functools.cache
 def get_dependencies() -> Dependencies:
-    """Settings, store, publisher and policy for this container (built once)."""
     settings = get_settings()
     store = LeaseStore(get_engine(), settings.channel, default_max_attempts=settings.max_attempts,
                        error_max_chars=settings.error_max_chars, ordering_on_dead=settings.ordering_on_dead)
@@ -79,26 +70,9 @@ _gc_settled = False
 
 
 def settle_gc(channel: Channel) -> None:
-    """Tune the garbage collector for relaying, once per process, at the end of
-    the container's initialisation (the first `get_dependencies`).
-
-    - `gc.freeze()` moves every object that exists by then (imported modules,
-      boto3, SQLAlchemy, the engine and clients) to the permanent generation,
-      which collections never walk again (Python documentation, "gc — Garbage
-      Collector interface", `gc.freeze`), so no full collection walks them in
-      the middle of a batch.
-    - A channel whose spec sets `gc_young_threshold` gets that young-generation
-      threshold (`gc.set_threshold`). Redis sets one (`publishers.redis.GC_YOUNG_THRESHOLD`): a Redis
-      batch builds a few tuples per message (claimed row, delivery result,
-      outcome), freed by reference counting, and no reference cycles, so the
-      default threshold only makes the collector run to find nothing. SES keeps
-      the default: each send leaves cycles behind (the standard library's email
-      header classes, botocore's response parsers), which a higher threshold
-      would keep in memory longer, and SES is paced by its send rate anyway.
-
-    The drain bench reports the time left in the collector ("GC µs/msg",
-    docs/benchmark.md). The older generations' thresholds are kept.
-    """
+    """Once, after the container's initialisation: `gc.freeze()` so no collection walks the imported
+    modules and clients mid-batch; a channel's `gc_young_threshold` where its batches make no
+    cycles (Redis), so the collector does not run to find nothing."""
     global _gc_settled
     if _gc_settled:
         return
@@ -111,14 +85,12 @@ def settle_gc(channel: Channel) -> None:
 
 
 def reset() -> None:
-    """Forget every cached object (tests, or after changing the environment)."""
     if get_engine.cache_info().currsize:
         get_engine().dispose()
     get_dependencies.cache_clear()
     get_engine.cache_clear()
     get_settings.cache_clear()
-    # Metrics not flushed (POWERTOOLS_METRICS_DISABLED skips the flush that clears
-    # them) would otherwise carry the previous channel's dimension over.
+    # Metrics not flushed (POWERTOOLS_METRICS_DISABLED) would carry the previous channel's dimension over.
     from .observability import metrics
 
     metrics.clear_metrics()

@@ -17,18 +17,15 @@ from .db import run_with_retry
 from .models import ClaimedMessage, ErrorClass, OrderingOnDead, Outcome, OutcomeKind, Status
 from .publishers.registry import Channel
 
-#: Default byte budget of one claim: 32 MiB of payload JSON text.
-DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024
-#: Under the block policy, a due message held back by a dead letter of its key is
-#: moved this far ahead, seconds, so claims do not scan it again; a redrive or a
-#: discard of the dead letter brings it back at once.
+DEFAULT_BATCH_MAX_BYTES = 32 * 1024 * 1024  # of payload JSON text
+#: Block policy: a message behind its key's dead letter moves this far ahead so claims stop
+#: scanning it; a redrive or discard brings it back at once.
 DEAD_HOLD_SECONDS = 60.0
-#: A key's first message seen locked by another transaction for this long, seconds,
-#: is held by no claim (a claim's locks last one statement): the key's rows behind
-#: it are then moved ahead, by as long as they have waited, within these bounds.
+#: A key's first message locked this long is no claim's (a claim locks for one statement): the
+#: rows behind it are moved ahead by as long as they waited, within the hold bounds.
 LOCKED_HEAD_CONFIRM_SECONDS = 0.5
-#: A claim whose window is full behind such a head, not yet confirmed, is tried
-#: again this soon, seconds: a concurrent claim that holds it has committed by then.
+#: A full window behind an unconfirmed locked head is claimed again this soon: a concurrent claim
+#: holding it has committed by then.
 LOCKED_HEAD_RECHECK_SECONDS = 0.05
 LOCKED_HOLD_MIN_SECONDS = 1.0
 LOCKED_HOLD_MAX_SECONDS = 30.0
@@ -36,29 +33,12 @@ LOCKED_HOLD_MAX_SECONDS = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    """What one claim returned: its messages in seq order, and what the statement
-    saw besides:
-
-    - `scanned`: due rows it claimed or moved out of their key's way (none claimed
-      and some moved: claim again, the moved ones are out of the way for good);
-    - `due`: due rows the scan returned, those left out of their key's turn too
-      (an earlier row of the key locked by another transaction, usually a
-      concurrent claim, or leased by another relay); as many as the limit means
-      more may be waiting;
-    - `suspect`: the claim is one expired lease re-claimed alone (its holder died,
-      perhaps because of it): deliver it with nothing else in flight;
-    - `cut`: the byte budget left claimable rows behind (more is waiting, however
-      few rows the claim returned);
-    - `requeued`: expired leases it put back to pending (their first expiry): the
-      next claim can take them;
-    - `locked_heads`: keys' first messages it found locked by another transaction,
-      with later rows of their key in its scan, as ``"seq:xmax"`` (xmax: the
-      locking transaction); `unconfirmed`: of those, the ones not yet seen locked
-      by that transaction for long enough for their rows to be moved.
-
-    Messages with status DEAD were re-claimed with no attempts left and
-    dead-lettered (`lease_expired`) by the claim; the rest are leased.
-    """
+    """One claim's messages in seq order (DEAD ones: expired with no attempts left, dead-lettered
+    by the claim) and what it saw: `scanned` due rows claimed or moved out of their key's way
+    (moved for good: claim again); `due` rows the scan returned, out of turn too (the limit
+    reached: more may wait); `suspect`, deliver it alone; `cut` by the byte budget; `requeued`
+    first expiries; `locked_heads` keys' first messages locked by another transaction
+    (``"seq:xmax"``) and, of those, the `unconfirmed` ones, not yet locked long enough to move."""
 
     messages: tuple[ClaimedMessage, ...] = ()
     scanned: int = 0
@@ -71,16 +51,13 @@ class ClaimResult:
 
 
 def lease_token(request_id: str) -> str:
-    """A lease owner token unique to one invocation: the Lambda request id plus
-    64 random bits. Never a stable worker or function name: a retried or
-    duplicated invocation with the same request id must not pass the fence."""
+    """The request id plus 64 random bits: a retried invocation with the same id must not pass the fence."""
     return f"{request_id}:{secrets.token_hex(8)}"
 
 
 @dataclass(frozen=True, slots=True)
 class RecordResult:
-    """What one outcome write did. `lease_lost` counts outcomes that matched no
-    row we still hold (taken over after expiry, or redriven): nothing was written."""
+    """What one outcome write did; `lease_lost`: outcomes of rows no longer ours, not written."""
 
     delivered: int = 0
     retried: int = 0
@@ -88,34 +65,25 @@ class RecordResult:
     released: int = 0
     lease_lost: int = 0
     lost_seqs: tuple[int, ...] = ()
-    #: Age in seconds of the channel's oldest due pending message (0 when none),
-    #: read by the same statement; None when no statement ran.
-    oldest_pending_age_seconds: float | None = None
-    #: Delivery lag of each message delivered by this write, milliseconds by the
-    #: database clock: from its created_at (or later scheduled_at) to the write.
-    lags_ms: tuple[int, ...] = ()
+    oldest_pending_age_seconds: float | None = None  # None: no statement ran
+    lags_ms: tuple[int, ...] = ()  # each delivery's lag by the database clock
 
 
 class Store(ABC):
-    """What the relay loop needs of the lease store. `LeaseStore` is PostgreSQL's;
-    `testing.InMemoryStore` is the fake; both pass tests/contract/store."""
+    """What the relay loop needs of the lease store; `LeaseStore` and `testing.InMemoryStore`
+    both pass tests/contract/store."""
 
-    #: The channel's policy for the keys of dead letters.
     ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP
 
     @abstractmethod
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
-        """Claim up to `limit` messages under `owner` for `lease_seconds`, stopping
-        once the payloads' JSON text reaches `max_bytes` (at least one is claimed)."""
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult: ...
 
     @abstractmethod
-    def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
-        """Write `outcomes`, fenced on `owner`'s lease."""
+    def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult: ...
 
     @abstractmethod
-    def oldest_pending_age_seconds(self) -> float:
-        """Age of the oldest due pending message, seconds (0 when none)."""
+    def oldest_pending_age_seconds(self) -> float: ...
 
     def release(self, owner: str, seqs: Sequence[int], *, delay_seconds: float = 0.0,
                 error_class: ErrorClass | None = None, error: str | None = None) -> RecordResult:
@@ -125,13 +93,7 @@ class Store(ABC):
 
 
 class LeaseStore(Store):
-    """Claims and outcome writes for one channel, one statement each.
-
-    `engine` is the relay's (`db.create_relay_engine`: each statement in a short
-    transaction of its own, which a transaction pooler keeps on one server connection);
-    `default_max_attempts` applies to messages enqueued without their own;
-    `ordering_on_dead` is the channel's policy for the keys of dead letters.
-    """
+    """Claims and outcome writes for one channel, one statement each, on the relay's engine."""
 
     def __init__(self, engine: Engine, channel: Channel, *, default_max_attempts: int, error_max_chars: int = 1000,
                  ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP):
@@ -141,21 +103,10 @@ class LeaseStore(Store):
         self.error_max_chars = error_max_chars
         self.ordering_on_dead = OrderingOnDead(ordering_on_dead)
         self.locked_heads = LockedHeads()
-        #: Bounds of the hold of rows behind a key's first message locked for long, seconds.
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
               max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
-        """Claim up to `limit` messages for `lease_seconds` (seconds) under `owner`,
-        stopping once the payloads' JSON text claimed reaches `max_bytes` (bytes; at
-        least one message is always claimed).
-
-        One statement (`sql.relay.claim`): expired leases first (requeued on their
-        first expiry; one that expired again alone: the claim is then `suspect`),
-        else due pending rows oldest first, those with a key in their key's turn. Returned messages with status DEAD were
-        re-claimed with no attempts left and dead-lettered (`lease_expired`)
-        by the same statement; the rest are LEASED to `owner`.
-        """
         if limit <= 0:
             return ClaimResult()
         confirmed = self.locked_heads.confirmed()
@@ -163,8 +114,7 @@ class LeaseStore(Store):
         rows = run_with_retry(self.engine, lambda conn: conn.execute(sql.relay.claim, params).fetchall())
         if not rows:
             return ClaimResult()
-        # Every row carries the statement's counts; with nothing claimed, one row of
-        # counts alone (its message columns NULL).
+        # Every row carries the statement's counts; with nothing claimed, one row of counts alone.
         _, _, _, _, _, _, scanned, suspect, due, cut, requeued, locked = rows[0]
         messages = sorted((_message(r) for r in rows if r[0]), key=_seq_of)
         locked_heads = tuple(locked.split(",")) if locked else ()
@@ -194,14 +144,6 @@ class LeaseStore(Store):
         }
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
-        """Write `outcomes` for messages leased to `owner`, in one statement.
-
-        Fenced: a row is changed only while `status = 'leased' AND lease_owner
-        = owner`; others are counted in `lease_lost` and left as they are.
-        Error texts are truncated to `error_max_chars`. The same statement
-        reads the channel's oldest pending age (seconds, as
-        `oldest_pending_age_seconds` gives it, before this write).
-        """
         if not outcomes:
             return RecordResult()
         cap = self.error_max_chars
@@ -217,17 +159,13 @@ class LeaseStore(Store):
             "delays": (array_literal([float(o.delay_seconds) for o in outcomes])
                        if any(o.delay_seconds for o in outcomes) else None),
         }
-
-        def work(conn):
-            return conn.execute(sql.relay.record_outcomes, params).one()
-
-        delivered, retried, dead, released, lost, oldest, lags = run_with_retry(self.engine, work)
+        delivered, retried, dead, released, lost, oldest, lags = run_with_retry(
+            self.engine, lambda conn: conn.execute(sql.relay.record_outcomes, params).one())
         lost_seqs = tuple(lost or ())
         return RecordResult(delivered, retried, dead, released, len(lost_seqs), lost_seqs, float(oldest),
                             tuple(map(int, lags.split(","))) if lags else ())
 
     def oldest_pending_age_seconds(self) -> float:
-        """Age in seconds of the oldest due pending message (0 when none), by the database clock."""
         return float(run_with_retry(
             self.engine, lambda c: c.execute(sql.relay.oldest_pending_age, {"channel": self.channel.value}).scalar_one()
         ))
@@ -239,9 +177,8 @@ _STATUS = {s.value: s for s in Status}
 
 
 def _message(row) -> ClaimedMessage:
-    """A message from a row of `sql.relay.claim`: a first column "seq status attempts
-    max_attempts message_id created_at" (generated values, never with a space; one
-    text column decodes faster than six), then destination, type, key, payload, headers."""
+    """A claim row: "seq status attempts max_attempts message_id created_at" as one text column
+    (generated values, never a space: it decodes faster than six), then the message's texts."""
     head, destination, type_, key, payload, headers = row[:6]
     seq, status, attempts, max_attempts, message_id, created_at = head.split(" ")
     return _new_message(ClaimedMessage, (int(seq), message_id, _STATUS[status], destination, type_, key, payload,
@@ -249,14 +186,9 @@ def _message(row) -> ClaimedMessage:
 
 
 class LockedHeads:
-    """Keys' first messages that claims found locked by another transaction, each
-    as ``"seq:xmax"`` (the row and the transaction holding it), and since when
-    (this process's monotonic clock: it measures only how long this relay has
-    seen the lock, no stored time). One seen locked by the same transaction
-    across `LOCKED_HEAD_CONFIRM_SECONDS` is confirmed: no claim holds a row that
-    long (two claims that each held it briefly are two transactions), so the
-    claim then moves its key's rows out of the scan. One per store, shared by a
-    process's invocations."""
+    """Locked key heads (``"seq:xmax"``) and since when, on this process's monotonic clock (how
+    long this relay has seen the lock, no stored time). One locked by the same transaction for
+    `LOCKED_HEAD_CONFIRM_SECONDS` is no claim's: its key's rows are then moved out of the scan."""
 
     def __init__(self, confirm_seconds: float = LOCKED_HEAD_CONFIRM_SECONDS,
                  forget_seconds: float = LOCKED_HOLD_MAX_SECONDS * 2, clock=time.monotonic) -> None:
@@ -270,9 +202,7 @@ class LockedHeads:
             return [h for h, (first, _) in self._seen.items() if now - first >= self.confirm_seconds]
 
     def seen(self, heads: Sequence[str]) -> tuple[str, ...]:
-        """Note `heads` found locked now; return those not yet confirmed. A head not
-        seen for `forget_seconds` (its rows moved out of the scan longer than the
-        longest hold, or its lock gone) starts over."""
+        """Note `heads` locked now; those not yet confirmed. One unseen for `forget_seconds` starts over."""
         now = self._clock()
         with self._lock:
             for h in [h for h, (_, last) in self._seen.items() if now - last > self.forget_seconds]:
@@ -283,16 +213,13 @@ class LockedHeads:
 
 
 def array_literal(values: Sequence[int | float | str]) -> str:
-    """A PostgreSQL array literal of numbers or of words that need no quoting
-    (outcome kinds), e.g. ``'{1,2,3}'``; cast it in SQL (`CAST(:x AS bigint[])`)."""
+    """``'{1,2,3}'``, of numbers or words that need no quoting; cast it in SQL."""
     return "{" + ",".join(map(str, values)) + "}"
 
 
 def text_array_literal(values: Sequence[str | None]) -> str | None:
-    """A PostgreSQL text[] literal with every element quoted (so a text "null"
-    stays text), None elements as NULL; None when every element is None.
-
-    NUL characters, which PostgreSQL text cannot hold, are dropped."""
+    """A text[] literal, every element quoted (a text "null" stays text), NUL characters (which
+    PostgreSQL text cannot hold) dropped; None when every element is None."""
     if all(v is None for v in values):
         return None
     return "{" + ",".join(
@@ -303,7 +230,6 @@ def text_array_literal(values: Sequence[str | None]) -> str | None:
 
 
 def truncate(text: str | None, limit: int) -> str | None:
-    """Cut `text` to at most `limit` characters, marking the cut."""
     if text is None or len(text) <= limit:
         return text
     marker = f"… [truncated, {len(text)} chars]"

@@ -13,9 +13,7 @@ from .store import RecordResult
 
 @dataclass
 class Summary:
-    """The JSON summary an invocation returns (docs/design.md, "Interfaces"): `skipped` says
-    why nothing was claimed, `stopped` why a batch was cut short; counts are messages.
-    Outcome writes add to it from another thread."""
+    """An invocation's JSON summary (docs/design.md, "Interfaces"); outcome writes add to it from another thread."""
 
     channel: str
     mode: str = Mode.BATCH.value
@@ -33,14 +31,12 @@ class Summary:
     duration_ms: float = 0.0
     batches: int = 0
     polls: int = 0
-    #: Expired leases re-claimed alone (their holder died, maybe of them).
     suspects: int = 0
     database_unreachable_seconds: float = 0.0
-    #: Whether the latest claim found messages (None: no claim ran).
     last_claim_found: bool | None = field(default=None, repr=False)
     error_classes: dict[str, int] = field(default_factory=dict)
     oldest_pending_age_seconds: float | None = None
-    #: Delivery lag (ms) of this invocation, and since the metrics last took it.
+    # This invocation's delivery lag, and since the metrics last took it.
     lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
     _window_lag: LagHistogram = field(default_factory=LagHistogram, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

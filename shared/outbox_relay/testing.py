@@ -1,12 +1,6 @@
-"""An in-memory lease store for tests of code that drives the relay loop
-(`loop.RelayLoop`) without a database: the claim and the outcome write of
-`sql/relay.sql`, rule for rule, on rows held in a dict. tests/contract/store
-runs the same suite on it and on `store.LeaseStore`, so the two cannot drift.
-
-Time is a number the test moves (`advance`), never the wall clock. A row can be
-held locked by another transaction (`lock`), as an application's or an
-operator's open transaction holds it: claims skip it as SKIP LOCKED does.
-"""
+"""An in-memory lease store for tests of the relay loop without a database: `sql/relay.sql`'s claim
+and outcome write, rule for rule, on a dict (tests/contract/store keeps it to PostgreSQL's). Time
+is a number the test moves; `lock` holds a row as another transaction would (SKIP LOCKED skips it)."""
 
 from __future__ import annotations
 
@@ -34,8 +28,6 @@ REQUEUED = "lease expired: its holder died or overran its lease; back in the que
 
 @dataclass
 class StoredMessage:
-    """One outbox row, times in seconds on the store's clock."""
-
     seq: int
     destination: str = "s"
     type: str = "t"
@@ -53,14 +45,11 @@ class StoredMessage:
     last_error_class: str | None = None
     last_error: str | None = None
     delivery_ref: str | None = None
-    #: The transaction holding the row locked (its xmax), or None.
     locked_by: int | None = None
     message_id: str = field(default_factory=lambda: str(uuid7()))  # as the producer makes them
 
 
 class InMemoryStore(Store):
-    """`Store` on a dict of `StoredMessage`s (one channel's rows), by `sql/relay.sql`'s rules."""
-
     def __init__(self, *, default_max_attempts: int = 5, ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP,
                  now: float = 1000.0) -> None:
         self.default_max_attempts = default_max_attempts
@@ -70,9 +59,8 @@ class InMemoryStore(Store):
         self.locked_heads = LockedHeads(clock=lambda: self.now)
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
-    # -- what a producer, an operator or the test does --------------------------------
     def add(self, *, deliver_at: float | None = None, **fields) -> StoredMessage:
-        """Enqueue one message (`deliver_at`: seconds from now), as the producer does."""
+        """`deliver_at`: seconds from now."""
         seq = max(self.rows, default=0) + 1
         scheduled = self.now + deliver_at if deliver_at is not None else None
         row = StoredMessage(seq, created_at=self.now, scheduled_at=scheduled,
@@ -90,8 +78,7 @@ class InMemoryStore(Store):
         self.rows[seq].locked_by = None
 
     def redrive(self, seqs: Sequence[int]) -> int:
-        """Dead letters back to pending with fresh attempts, due now (`outbox dead redrive`);
-        the never-tried rows of their keys that a claim moved ahead meanwhile, due now too."""
+        """As `outbox dead redrive`: the never-tried rows a claim moved ahead behind them are due now too."""
         moved = [self.rows[seq] for seq in seqs if self.rows[seq].status is Status.DEAD]
         for row in moved:
             row.status, row.attempts, row.available_at = Status.PENDING, 0, self.now
@@ -107,7 +94,6 @@ class InMemoryStore(Store):
                     k.available_at = self.now
         return len(moved)
 
-    # -- the Store contract ------------------------------------------------------------
     def claim(self, owner: str, limit: int, lease_seconds: float,
               max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
         if limit <= 0:
@@ -225,7 +211,7 @@ class InMemoryStore(Store):
         due = [r.available_at for r in self.rows.values() if r.status is Status.PENDING and r.available_at <= self.now]
         return self.now - min(due) if due else 0.0
 
-    # -- the rules `sql/relay.sql` names ----------------------------------------------
+    # The rules `sql/relay.sql` names.
     def _max(self, r: StoredMessage) -> int:
         return r.max_attempts if r.max_attempts is not None else self.default_max_attempts
 
@@ -234,7 +220,7 @@ class InMemoryStore(Store):
                       key=lambda r: r.seq)
 
     def _holds_back(self, k: StoredMessage) -> bool:
-        """holds_back_its_key: pending or leased, unless never tried and waiting for its deliver_at."""
+        """holds_back_its_key."""
         return k.status in (Status.PENDING, Status.LEASED) and not (
             k.status is Status.PENDING and k.attempts == 0 and k.scheduled_at is not None
             and k.available_at == k.scheduled_at and k.available_at > self.now)
@@ -246,7 +232,7 @@ class InMemoryStore(Store):
         return any(k.status is Status.DEAD and k.seq < m.seq for k in self._key_rows(m.destination, m.key))
 
     def _turn_of(self, m: StoredMessage, owner: str, block: bool) -> float | None:
-        """turn_of: None claim it; -inf claim it with the earlier ones; inf leave it; a time: move it there."""
+        """turn_of: None claim; -inf claim with the earlier ones; inf leave; a time: move it there."""
         if block and self._dead_before(m):
             return self.now + DEAD_HOLD_SECONDS
         k = self._first_holding(m)
@@ -260,6 +246,5 @@ class InMemoryStore(Store):
 
 
 def _iso(seconds: float) -> str:
-    """A time on the store's clock as the claim statement writes `created_at`."""
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -39,7 +39,6 @@ def trace_id(traceparent: str | None) -> str | None:
 
 
 def xray_to_traceparent(header: str | None) -> str | None:
-    """The X-Ray header as a traceparent; None without a Root and a Parent."""
     if not header:
         return None
     parts = dict(p.strip().split("=", 1) for p in header.split(";") if "=" in p)
@@ -52,7 +51,6 @@ def xray_to_traceparent(header: str | None) -> str | None:
 
 
 def traceparent_to_xray(traceparent: str) -> str | None:
-    """A traceparent as an X-Ray trace header (SQS's AWSTraceHeader, EventBridge's TraceHeader)."""
     parsed = parse_traceparent(traceparent)
     if parsed is None:
         return None
@@ -73,7 +71,7 @@ def _opentelemetry() -> Any:
 
 
 def current_context() -> dict[str, str]:
-    """The current context as headers: OpenTelemetry's span, else this invocation's X-Ray header."""
+    """OpenTelemetry's span, else this invocation's X-Ray header."""
     trace = _opentelemetry()
     if trace is not None:
         ctx = trace.get_current_span().get_span_context()
@@ -129,9 +127,8 @@ def context_of(headers_json: str | None) -> tuple[str | None, str | None]:
 
 
 def batch_span(system: str, messages: Iterable[Any]) -> ContextManager[Any]:
-    """A PRODUCER span `send <destination>` linking (not parenting) each message's context,
-    as OpenTelemetry's messaging conventions say of a batch; a null context without an SDK.
-    `system` is the channel's `messaging.system` (`ChannelSpec.messaging_system`)."""
+    """A PRODUCER span linking (not parenting) each message's context, as OpenTelemetry's messaging
+    conventions say of a batch; a null context without an SDK."""
     trace = _opentelemetry()
     if trace is None:
         return nullcontext()

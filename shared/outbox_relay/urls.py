@@ -9,7 +9,6 @@ from pydantic import AfterValidator
 
 
 def check_endpoint_url(v: str | None) -> str | None:
-    """An endpoint URL the SDK would take: http:// or https://. Raises ValueError."""
     from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
 
     if v is not None and not (v.lower().startswith(("http://", "https://"))
@@ -27,7 +26,6 @@ DATABASE_URL_QUERY = frozenset({"application_name", "unix_sock"})
 
 
 def parse_database_url(value: str) -> Any:
-    """`value` as a pg8000 URL (`postgresql://` and `postgres://` mean the same); ValueError."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -53,7 +51,6 @@ def parse_database_url(value: str) -> Any:
             raise ValueError(f"the query parameter {name!r} is not a connection option "
                              f"(the URL may carry only {', '.join(sorted(DATABASE_URL_QUERY))})")
     return url
-
 
 
 def check_redis_url(value: str, *, cluster: bool = False, iam: bool = False) -> None:

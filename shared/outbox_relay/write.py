@@ -1,7 +1,5 @@
-"""The producer's one write: `enqueue` validates a message through its channel's spec
-and inserts the row in the caller's transaction by `sql.producer.insert_message`, the
-message id its idempotency key. Every channel's named producer API function
-(`<channel>/message.py`) calls `enqueue`; the bulk call (`producer`) ends in the same table."""
+"""The producer's one write, which every channel's named function calls: a message validated by its
+channel's spec, inserted in the caller's transaction, its id the idempotency key."""
 
 from __future__ import annotations
 
@@ -20,9 +18,8 @@ _ID_TAKEN = ("already used by a different message (channel, destination, type, k
 
 
 def check_conn(conn: Any) -> None:
-    """Refuse what cannot carry the caller's transaction, naming `conn`: None, an
-    Engine (no transaction of its own), or a DB-API connection (pg8000's, sqlite3's:
-    they take neither SQLAlchemy statements nor its named parameters)."""
+    """Refuse None, an Engine (no transaction of its own) or a DB-API connection (it takes neither
+    SQLAlchemy statements nor named parameters), naming `conn`."""
     if conn is not None and not isinstance(conn, Engine) and callable(getattr(conn, "execute", None)) \
             and not hasattr(conn, "cursor"):
         return
@@ -35,8 +32,7 @@ def check_conn(conn: Any) -> None:
 
 
 def registered(channel: Any) -> ChannelSpec:
-    """The spec of `channel`. The schema takes any channel name (migration 0007): the
-    registry says which exist. Raises `InvalidMessageError` on ``channel``."""
+    """The schema takes any channel name (migration 0007): the registry says which exist."""
     try:
         return spec_for(channel)
     except KeyError as exc:
@@ -44,30 +40,16 @@ def registered(channel: Any) -> ChannelSpec:
 
 
 def enqueue(conn: Any, *, channel: str, **fields: Any) -> uuid.UUID:
-    """Write one message for `channel` (a registered channel's name) in the caller's
-    transaction and return its message id. `fields` are the keyword arguments of the
-    channel's named function (`enqueue_event`, `enqueue_email`, …), validated by its
-    spec; the producer's trace context is added where the channel carries it.
-
-    Raises:
-        InvalidMessageError: `conn`, `channel` or a field is invalid; `.field` names it.
-            Nothing is written.
-    """
+    """One message for `channel`, `fields` its named function's keyword arguments; its id.
+    `InvalidMessageError` names the field at fault, and nothing is written."""
     check_conn(conn)
     row = registered(channel).message_row(fields, None, tracing.current_context())
     return insert_message(conn, row)
 
 
 def insert_message(conn: Any, row: Mapping[str, Any]) -> uuid.UUID:
-    """Write one validated message row (`sql.producer.insert_message` parameters) in the
-    caller's transaction and return its message id.
-
-    The message id is an idempotency key: the same message again is a no-op.
-    Raises `InvalidMessageError` on field `message_id` when the id is already
-    taken by a *different* message (another channel, destination, type, key or
-    payload), which would otherwise be dropped silently, also when another
-    transaction wrote it at the same time (one more statement, only then).
-    """
+    """One validated row; the same message again is a no-op, an id taken by a different one (which
+    would be dropped silently) an `InvalidMessageError` on ``message_id``."""
     registered(row["channel"])
     inserted, same = conn.execute(sql.producer.insert_message, row).one()
     if not inserted and same is None:

@@ -48,7 +48,6 @@ class FeedbackDependencies:
 
 @functools.cache
 def get_dependencies() -> FeedbackDependencies:
-    """This container's settings, engine and key; `ConfigurationError` naming the variable."""
     settings = load_feedback_settings()
     hasher = address_hasher(settings)
     store = FeedbackStore(create_relay_engine(settings), hasher, suppress=settings.ses_suppression is not False)
@@ -62,7 +61,6 @@ def reset() -> None:
 
 
 def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[str, Any]:
-    """Record every SES event of an SNS event; the counts and the refusals, one line each."""
     summary: dict[str, Any] = {"records": 0, "recorded": 0, "duplicates": 0, "unknown": 0, "ignored": 0,
                                "settled": 0, "in_flight": 0, "suppressed": 0, "refused": []}
     reputation: dict[tuple[str, str], int] = {}

@@ -27,8 +27,6 @@ class Recorded:
 
 
 class FeedbackStore:
-    """Records SES events, one statement each."""
-
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None, *, suppress: bool = True) -> None:
         self.engine = engine
         self.hasher = hasher
@@ -65,14 +63,13 @@ class Suppressed:
 
 
 class SuppressionList:
-    """The suppression list by address (`entries` needs no key), one statement per call."""
+    """By address (`entries` needs no key), one statement per call."""
 
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None) -> None:
         self.engine = engine
         self.hasher = hasher
 
     def reasons(self, addresses: Iterable[str]) -> Mapping[str, str]:
-        """{normalised address: reason} of the suppressed ones among `addresses`."""
         by_hash: dict[str, str] = {}
         for a in addresses:
             by_hash.setdefault(self._hash(a), normalise(a))
@@ -107,7 +104,6 @@ EVENT_PURGE_BATCH = 5000
 
 def purge_email_events(engine: Engine, *, older_than_seconds: float, keep_going: Any = lambda: True,
                        batch: int = EVENT_PURGE_BATCH) -> int:
-    """Delete events older than `older_than_seconds` in batches while `keep_going()`; how many."""
     deleted = 0
     while keep_going():
         n = run_with_retry(engine, lambda c: c.execute(sql.feedback.purge_email_events, {

@@ -17,8 +17,6 @@ from ..publishers.registry import Channel
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """One dead letter as `outbox dead list` shows it (no payload)."""
-
     seq: int
     message_id: uuid.UUID
     channel: str
@@ -39,8 +37,7 @@ class DeadLetter:
 def list_dead(engine: Engine, *, channel: Channel | None = None, error_class: str | None = None,
               since_seconds: float | None = None, since: datetime | None = None,
               limit: int = 50) -> list[DeadLetter]:
-    """Dead letters, newest first, at most `limit`, filtered by what is given (`since_seconds`
-    by the database's clock). `ValueError` for a limit out of range or a naive `since`."""
+    """Newest first, filtered by what is given (`since_seconds` by the database's clock)."""
     if not 1 <= limit <= 10_000:
         raise ValueError("limit must be between 1 and 10000")
     if since is not None and since.tzinfo is None:
@@ -52,7 +49,6 @@ def list_dead(engine: Engine, *, channel: Channel | None = None, error_class: st
 
 
 def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | None:
-    """The whole row of one message, or None; `ValueError` when `message_id` is not a UUID."""
     mid = uuid.UUID(str(message_id))
     row = run_with_retry(engine, lambda c: c.execute(sql.operations.get_message, {"message_id": str(mid)}).first())
     return MessageRow.from_mapping(row._mapping) if row is not None else None
@@ -60,8 +56,6 @@ def get_message(engine: Engine, message_id: uuid.UUID | str) -> MessageRow | Non
 
 @dataclass(frozen=True, slots=True)
 class HistoryLine:
-    """One line of a message's history: an attempt's outcome or a later change (docs/operating.md)."""
-
     at: datetime
     event: str
     attempt: int | None
@@ -76,8 +70,7 @@ class HistoryLine:
 
 
 def history_of(engine: Engine, message: MessageRow) -> list[HistoryLine]:
-    """The history of `message`, oldest first; its delivery from the row (the relay stores no
-    line for one) unless an SES event settled it."""
+    """Oldest first; a delivery from the row (the relay writes no line for one) unless SES settled it."""
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.history_of, {"seq": message.seq}).fetchall())
     lines = [HistoryLine(*r) for r in rows]
     if message.status is Status.DELIVERED and message.delivered_at is not None \
@@ -89,8 +82,6 @@ def history_of(engine: Engine, message: MessageRow) -> list[HistoryLine]:
 
 @dataclass(frozen=True, slots=True)
 class DiscardResult:
-    """The ids discarded, and the requested ones that were not dead letters (left alone)."""
-
     discarded: tuple[str, ...]
     not_dead: tuple[str, ...]
 
@@ -99,8 +90,7 @@ class DiscardResult:
 
 
 def discard(engine: Engine, message_ids: Sequence[uuid.UUID | str]) -> DiscardResult:
-    """Give up these dead letters for good (a discarded one holds back no key); one statement
-    fenced on `status = 'dead'`. `ValueError` when an id is not a UUID or none is given."""
+    """For good (a discarded one holds back no key); one statement fenced on `status = 'dead'`."""
     ids = list(dict.fromkeys(str(uuid.UUID(str(m))) for m in message_ids))  # each once, in the order given
     if not ids:
         raise ValueError("say which dead letters to discard: one or more message ids")

@@ -38,8 +38,6 @@ class PurgeResult:
 
 def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
                 dead_older_than_seconds: float | None = None) -> dict[str, int]:
-    """How many rows a purge with these windows would delete now."""
-
     def work(conn: Any) -> dict[str, int]:
         delivered = conn.execute(sql.operations.count_delivered_older,
                                  {"older_than_seconds": float(delivered_older_than_seconds)}).scalar_one()
@@ -58,9 +56,7 @@ def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
 def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_than_seconds: float | None = None,
           batch_size: int = PURGE_BATCH, on_batch: Callable[[str, int], None] | None = None,
           keep_going: Callable[[], bool] | None = None) -> PurgeResult:
-    """Delete delivered messages and, when given, dead (and discarded) ones older than their
-    windows, in batches; `on_batch(kind, n)` after each, `keep_going()` before each.
-    `ValueError` for a window that is not positive or a bad batch size."""
+    """Delivered and, given a window, dead and discarded rows, in batches while `keep_going()`."""
     if delivered_older_than_seconds <= 0 or (dead_older_than_seconds is not None and dead_older_than_seconds <= 0):
         raise ValueError("retention windows must be longer than zero")
     if not 1 <= batch_size <= 50_000:

@@ -70,9 +70,8 @@ def count_redrive(engine: Engine, selection: RedriveSelection) -> int:
 def redrive(engine: Engine, selection: RedriveSelection, *, dry_run: bool = False,
             batch_size: int = REDRIVE_BATCH,
             on_batch: Callable[[int], None] | None = None) -> RedriveResult:
-    """Move dead letters back to pending (attempts 0, due now) in batches until none older
-    than the redrive's start is left; concurrent redrives skip each other's rows. `dry_run`
-    counts and changes nothing. `ValueError` for a bad `batch_size`."""
+    """Back to pending (attempts 0, due now) in batches until none older than the redrive's start
+    is left; concurrent redrives skip each other's rows."""
     if not 1 <= batch_size <= 10_000:
         raise ValueError("batch_size must be between 1 and 10000")
     params = selection.params()

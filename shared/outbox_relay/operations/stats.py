@@ -18,9 +18,7 @@ LAG_WINDOW_SECONDS = 300.0
 
 
 def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECONDS) -> dict[str, Any]:
-    """`outbox stats`: per channel the counts by status, held keys, the oldest due message's
-    age, the recent delivery lag and `FEEDBACK_COUNTS`; their totals; and the live pollers
-    (docs/operating.md). One transaction, by the database clock."""
+    """`outbox stats` (docs/operating.md), in one transaction by the database clock."""
     with engine.begin() as conn:  # one transaction: a transaction pooler keeps it on one server connection
         rows = [dict(r._mapping) for r in conn.execute(sql.operations.stats)]
         lags = {r.channel: r for r in conn.execute(sql.operations.recent_delivery_lag,
@@ -64,8 +62,6 @@ def delivery_lag_series(engine: Engine, *, window_seconds: float = LAG_WINDOW_SE
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
-    """One channel's backlog: pending messages due or deferred (not leased), the oldest due one's age."""
-
     channel: Channel
     pending_depth: int
     oldest_pending_age_seconds: float
@@ -73,7 +69,7 @@ class Backlog:
 
 
 def backlog(engine: Engine, channels: Iterable[Channel] = tuple(Channel)) -> list[Backlog]:
-    """Backlog figures of `channels` in one statement; channels without rows get zeros."""
+    """One statement; channels without rows get zeros."""
     names = [Channel(c).value for c in channels]
     rows = run_with_retry(engine, lambda c: c.execute(sql.operations.backlog, {"channels": names}).fetchall())
     return [Backlog(Channel(ch), int(depth), round(float(age), 3), int(dead)) for ch, depth, age, dead in rows]

@@ -1,18 +1,6 @@
-"""Every SQL statement, named and kept in `.sql` files beside this module, one
-file per area: `relay.sql` (claim, outcomes), `producer.sql` (enqueue) and
-`operations.sql` (statistics, dead letters, redrive, purge), `feedback.sql`
-(SES events and the suppression list).
-
-Each statement sits under a ``-- name: <name>`` header, followed by a line or
-two on what it does and which index serves it. ``{{other_name}}`` inside a
-statement is replaced by the text of the statement or fragment called so (in
-any of the files), so a shared condition is written once. The files are read
-once, at import; each area is a namespace of SQLAlchemy `text()` clauses:
-``relay.claim``, ``producer.insert_message``, ``operations.stats``.
-
-The rules every statement follows are in docs/design.md: the database clock
-only, one statement per unit of work, outcome writes fenced on the lease.
-"""
+"""Every SQL statement, from the `.sql` files beside this module, each under a ``-- name:`` header,
+as a namespace of `text()` clauses per file (``relay.claim``). ``{{name}}`` includes another
+statement or fragment of any file, so a shared condition is written once."""
 
 from __future__ import annotations
 
@@ -28,10 +16,7 @@ AREAS = ("relay", "producer", "operations", "feedback")
 
 
 def parse(source: str, filename: str = "<sql>") -> dict[str, str]:
-    """The statements of one file by name, without the comment lines that
-    describe them (comments inside a statement are kept).
-    Raises `ValueError` for SQL before the first header, an empty statement or a
-    name given twice."""
+    """Statements by name, without the comment lines before them."""
     parts = _HEADER.split(source)
     preamble, pairs = parts[0], parts[1:]
     if any(line.strip() and not line.lstrip().startswith("--") for line in preamble.splitlines()):
@@ -50,8 +35,6 @@ def parse(source: str, filename: str = "<sql>") -> dict[str, str]:
 
 
 def expand(statements: dict[str, str]) -> dict[str, str]:
-    """Replace every ``{{name}}`` by that statement's text (recursively).
-    Raises `ValueError` for an unknown name or an include cycle."""
     done: dict[str, str] = {}
 
     def resolve(name: str, stack: tuple[str, ...]) -> str:
@@ -95,7 +78,6 @@ feedback = _namespace(_TEXTS["feedback"])
 
 
 def statement_text(name: str) -> str:
-    """The expanded text of a statement, by name (tests and EXPLAIN)."""
     for statements in _TEXTS.values():
         if name in statements:
             return statements[name]
