@@ -19,7 +19,6 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from .config import Settings
 from .errors import ConfigurationError
 from .observability import logger as log
-from .paramstyle import memoize_paramstyle_conversion
 from .urls import parse_database_url
 
 T = TypeVar("T")
@@ -83,8 +82,7 @@ def read_secret(variable: str, arn: str, *, transform: str | None = None, force_
     from aws_lambda_powertools.utilities import parameters
 
     try:
-        value = parameters.get_secret(arn, transform=transform, max_age=SECRET_MAX_AGE_SECONDS,
-                                      force_fetch=force_fetch)
+        value = parameters.get_secret(arn, transform=transform, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force_fetch)
     except Exception as exc:
         raise ConfigurationError(variable, f"cannot read the secret ({type(exc).__name__})") from exc
     return value.decode() if isinstance(value, bytes) else value
@@ -92,8 +90,7 @@ def read_secret(variable: str, arn: str, *, transform: str | None = None, force_
 
 def _secret_url(settings: Settings, force_fetch: bool = False) -> URL:
     assert settings.database_secret_arn is not None
-    secret = read_secret("DATABASE_SECRET_ARN", settings.database_secret_arn, transform="json",
-                         force_fetch=force_fetch)
+    secret = read_secret("DATABASE_SECRET_ARN", settings.database_secret_arn, transform="json", force_fetch=force_fetch)
     try:
         return URL.create("postgresql+pg8000", username=secret["username"], password=secret.get("password"),
                           host=secret["host"], port=int(secret.get("port", 5432)),
@@ -282,3 +279,37 @@ def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
         log.warning("database connection was invalidated; retrying once")
         with engine.begin() as conn:
             return work(conn)
+
+
+#: pg8000 rescans each statement in Python on every execute; for the `format` style the result
+#: depends on the text only, so it is done once per text, in a cache that empties when full.
+_PARAMSTYLE_CACHE_SIZE = 64
+_PARAMSTYLE_CACHE_MAX_CHARS = 16_000
+
+
+def memoize_paramstyle_conversion() -> None:
+    """Idempotent; a no-op if pg8000 moves its conversion."""
+    import pg8000.legacy as legacy
+
+    original = getattr(legacy, "convert_paramstyle", None)
+    if original is None or getattr(original, "outbox_memoized", False):
+        return
+    cache: dict[str, str] = {}
+
+    def convert_paramstyle(style: str, query: str, args: Any) -> tuple[str, Any]:
+        if style != "format":
+            return original(style, query, args)
+        statement = cache.get(query)
+        if statement is None:
+            statement, vals = original(style, query, args)
+            if len(query) <= _PARAMSTYLE_CACHE_MAX_CHARS:
+                if len(cache) >= _PARAMSTYLE_CACHE_SIZE:
+                    cache.clear()
+                cache[query] = statement
+            return statement, vals
+        return statement, args
+
+    convert_paramstyle.outbox_memoized = True  # type: ignore[attr-defined]
+    convert_paramstyle.original = original  # type: ignore[attr-defined]
+    convert_paramstyle.cache = cache  # type: ignore[attr-defined]
+    legacy.convert_paramstyle = convert_paramstyle

@@ -43,13 +43,9 @@ class MetricsWindow:
     """EMF metrics flushed at least every `interval_seconds` while a long invocation runs, each
     flush what happened since the one before; the handler flushes the rest."""
 
-    def __init__(self, channel: Channel, interval_seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.channel = channel
-        self.interval = interval_seconds
-        self.clock = clock
-        self._sent = dict.fromkeys(COUNTERS, 0)
-        self._unreachable_sent = 0.0
+    def __init__(self, channel: Channel, interval_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.channel, self.interval, self.clock = channel, interval_seconds, clock
+        self._sent, self._unreachable_sent = dict.fromkeys(COUNTERS, 0), 0.0
         self._due = clock() + interval_seconds
 
     def maybe_flush(self, summary: Summary) -> None:

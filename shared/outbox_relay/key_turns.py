@@ -17,8 +17,7 @@ class KeyTurns:
         self._skip_dead = skip_dead
         # Per key, each seq not delivered and the number of the write that recorded it.
         self._failed: dict[tuple[str, str], dict[int, int]] = {}
-        self._written = 0
-        self.committed = 0
+        self._written = self.committed = 0
 
     def next_write(self) -> int:
         self._written += 1

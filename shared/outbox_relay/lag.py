@@ -31,8 +31,7 @@ class LagHistogram:
 
     def __init__(self) -> None:
         self.buckets: Counter[int] = Counter()
-        self.count = 0
-        self.max_ms = 0
+        self.count = self.max_ms = 0
 
     def add(self, lags_ms: Iterable[int]) -> None:
         for ms in lags_ms:

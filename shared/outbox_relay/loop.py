@@ -57,24 +57,19 @@ class RelayLoop:
     but in batch mode (metrics flush); while `may_claim()` is false (a handover), it waits."""
 
     def __init__(self, store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str, *,
-                 on_progress: Callable[[Summary], None] | None = None,
-                 sleep: Callable[[float], Any] = time.sleep,
+                 on_progress: Callable[[Summary], None] | None = None, sleep: Callable[[float], Any] = time.sleep,
                  may_claim: Callable[[], bool] | None = None) -> None:
         self.store, self.publisher, self.policy = store, publisher, policy
         self.deadline, self.owner, self.sleep, self.may_claim = deadline, owner, sleep, may_claim
         self.base_owner, self.tokens = owner, 0
         self.summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
         self.system = spec_for(publisher.channel).messaging_system
-        # Batch mode ends once it has its batch; latency mode polls until its deadline.
+        # Batch mode reports once, at its end, and keeps no turns: every earlier write has committed
+        # when a claim begins, so no failure of this invocation can hold a key back (decision 0033).
         self.one_batch, self.polls = policy.mode is Mode.BATCH, policy.mode is Mode.LATENCY
-        # Batch mode reports once, at its end (the handler's metrics flush).
         self.on_progress = None if self.one_batch else on_progress
-        # Batch mode: every earlier write has committed when a claim begins, so no failure
-        # of this invocation can hold a key back (decision 0033); nothing to keep.
-        self.turns = None if self.one_batch else KeyTurns(
-            skip_dead=store.ordering_on_dead is OrderingOnDead.SKIP)
-        # Batch mode records each batch before its next claim, in this thread. Latency
-        # mode's writes ride through a lost database while the invocation has time.
+        self.turns = None if self.one_batch else KeyTurns(skip_dead=store.ordering_on_dead is OrderingOnDead.SKIP)
+        # Latency mode's writes ride through a lost database while the invocation has time.
         self.recorder = Recorder(store, self.summary, policy.backoff, policy.throttle_delay_seconds, self.turns,
                                  queued=not self.one_batch, retry_within=deadline if self.polls else None)
         ahead = publisher.pipelined and not self.one_batch
@@ -100,11 +95,10 @@ class RelayLoop:
         return self.summary
 
     def _loop(self) -> None:
-        summary = self.summary
-        while True:
+        summary, go = self.summary, True
+        while go:
             if self.next_batch is None and self.may_claim is not None and not self.may_claim():
-                if not self.wait_idle():
-                    return
+                go = self.wait_idle()
                 continue
             batch = self.next_batch.result() if self.next_batch is not None else self.claim()
             self.next_batch = None
@@ -113,41 +107,38 @@ class RelayLoop:
                 self.on_progress(summary)
             if batch == DATABASE_UNREACHABLE:
                 summary.gate_closed = True
-                if not self.wait_unreachable():
-                    return
-                continue
-            if isinstance(batch, str):  # the gate is closed, or no time is left
+                go = self.wait_unreachable()
+            elif isinstance(batch, str):  # the gate is closed, or no time is left
                 if batch == NO_TIME or not self.polls:
                     if summary.claimed == 0:
                         summary.skipped = batch
                     return
-                if not self.wait_idle():
-                    return
-                continue
-            if not batch.claim.messages:
-                if not self.again_after_nothing(batch):
-                    return
-                continue
-            self.idle = self.first_wait
-            suspect = batch.claim.suspect
-            # Only a full batch says more is waiting: a claim ahead of a partial one would
-            # find nothing and make the loop wait the idle interval. Never ahead of a
-            # suspect (its claim may also have requeued leases, and count as full).
-            if self.claims is not None and batch.full and not suspect:
-                self.next_batch = self.claims.submit(self.claim)
-            # A suspect may crash this process: nothing else may be lost with it.
-            self.recorder.wait_until(0 if suspect else 1)
-            self.deliver(batch)
-            if batch.stopped is not None:
-                self.release_ahead("claimed ahead; the batch before it stopped")
-                if batch.stopped == "stop_batch" or not self.polls or not self.wait_idle():
-                    return
-                continue
-            if not self.again_after(batch):
-                return
-            if batch.not_attempted:
-                # What a key's failure gave back is due again now: claim it once it is recorded.
-                self.recorder.wait_until(0)
+                go = self.wait_idle()
+            elif not batch.claim.messages:
+                go = self.again_after_nothing(batch)
+            else:
+                go = self.deliver_next(batch)
+
+    def deliver_next(self, batch: Batch) -> bool:
+        """Deliver a batch that claimed messages; whether to claim again."""
+        self.idle = self.first_wait
+        suspect = batch.claim.suspect
+        # Only a full batch says more is waiting: a claim ahead of a partial one would find nothing and
+        # wait the idle interval. Never ahead of a suspect (its claim may count as full).
+        if self.claims is not None and batch.full and not suspect:
+            self.next_batch = self.claims.submit(self.claim)
+        # A suspect may crash this process: nothing else may be lost with it.
+        self.recorder.wait_until(0 if suspect else 1)
+        self.deliver(batch)
+        if batch.stopped is not None:
+            self.release_ahead("claimed ahead; the batch before it stopped")
+            return batch.stopped != "stop_batch" and self.polls and self.wait_idle()
+        if not self.again_after(batch):
+            return False
+        if batch.not_attempted:
+            # What a key's failure gave back is due again now: claim it once it is recorded.
+            self.recorder.wait_until(0)
+        return True
 
     def claim(self) -> Batch | str:
         """One batch, or why nothing may be claimed (gate closed, no time, database unreachable)."""
@@ -228,8 +219,7 @@ class RelayLoop:
             return
         if self.unreachable_since is not None:
             self.summary.database_unreachable_seconds += now - self.unreachable_since
-            log.info("database reachable again",
-                     extra={"unreachable_seconds": round(now - self.unreachable_since, 3)})
+            log.info("database reachable again", extra={"unreachable_seconds": round(now - self.unreachable_since, 3)})
             self.unreachable_since = None
             self.unreachable_wait = 0.0
 

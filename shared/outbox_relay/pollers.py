@@ -112,22 +112,14 @@ class Handover:
     def __init__(self, registry: Registry, owner: str, channel: Channel, deadline: Deadline, *,
                  lead_seconds: float, start_successor: StartSuccessor | None, rate_shared: bool = False,
                  background: bool = True, slot: int | None = None, pollers: Pollers = Pollers()) -> None:
-        self.registry, self.owner, self.channel = registry, owner, Channel(channel)
-        self.outer = deadline
-        self.lead_seconds = float(lead_seconds)
-        self.start_successor = start_successor
-        self.rate_shared = rate_shared
-        self.background = background
-        self.leaving = False
-        self.shed = False
-        self.slot, self.pollers = slot, pollers
+        self.registry, self.owner, self.channel, self.outer = registry, owner, Channel(channel), deadline
+        self.lead_seconds, self.start_successor = float(lead_seconds), start_successor
+        self.rate_shared, self.background, self.slot, self.pollers = rate_shared, background, slot, pollers
+        self.leaving = self.shed = self.registered = False
         self._age, self._claims, self._found, self._window = 0.0, 0, 0, (0, 0)
-        self.registered = False
+        self.others = self.older_unaware = self.taken_over = 0
         self.gap_seconds: float | None = None
-        self.others = 0
-        self.older_unaware = 0
-        self.successor: str | None = None  # requested | not_started | refused
-        self.taken_over = 0
+        self.successor: str | None = None  # requested | not_started | refused | not_needed
         self._aware_after: str | None = None
         self._started_left = deadline.seconds_left()
         self._starting: threading.Thread | None = None
@@ -135,7 +127,6 @@ class Handover:
         self._lock = threading.Lock()  # one successor request at a time
         self._metrics_lock = threading.Lock()  # apart: a request may wait on the database
 
-    # -- the deadline the invocation runs under -------------------------------------------------
     def deadline(self) -> Deadline:
         """Passed at once when this poller leaves: nothing new starts, what is in flight is recorded."""
         outer = self.outer
@@ -147,7 +138,6 @@ class Handover:
     def rate_share(self) -> float:
         return 1.0 / (1 + self.others)
 
-    # -- the life of a poller -------------------------------------------------------------------
     def start(self, sleep: Callable[[float], Any] = time.sleep) -> None:
         """Register (retried while PostgreSQL is unreachable), then renew: the reference for older pollers."""
         def register() -> tuple[float | None, int, int]:
@@ -169,15 +159,13 @@ class Handover:
             renewal = self.registry.renew(self.owner, self._aware_after)
             unaware = renewal.older_unaware
             if self._aware_after is None:
-                # The first renewal is the reference: an older poller that renews after
-                # it began has seen this registration (it had committed before).
+                # The reference: an older poller that renews after it has seen this registration.
                 self._aware_after, unaware = renewal.at, renewal.others
             if renewal.others != self.others:
                 self._metric(obs.POLLERS, 1 + renewal.others)
             self.others, self.older_unaware, self._age = renewal.others, unaware, renewal.backlog_age
             if not renewal.registered and not self.leaving:
-                # Another poller found this registration expired and took its leases
-                # over: this one counts as dead, and stops (that one is polling).
+                # Another poller found it expired and took its leases over: this one counts as dead.
                 self.leaving = True
                 obs.logger.warning("registration taken over by another poller; stopping",
                                    extra={"lease_owner": self.owner})
@@ -287,8 +275,7 @@ class Handover:
     def summary(self) -> dict[str, Any]:
         return {"gap_seconds": None if self.gap_seconds is None else round(self.gap_seconds, 3),
                 "left_for_newer": self.leaving and not self.shed, "shed": self.shed, "slot": self.slot,
-                "successor": self.successor,
-                "leases_taken_over": self.taken_over}
+                "successor": self.successor, "leases_taken_over": self.taken_over}
 
 
 class HeartbeatThread:

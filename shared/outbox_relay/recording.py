@@ -77,8 +77,7 @@ class Recorder:
                  turns: KeyTurns | None, *, queued: bool, retry_within: Deadline | None = None,
                  sleep: Callable[[float], Any] = time.sleep) -> None:
         self.store, self.summary, self.backoff, self.turns = store, summary, backoff, turns
-        self.throttle_delay_seconds = throttle_delay_seconds
-        self.retry_within, self.sleep = retry_within, sleep
+        self.throttle_delay_seconds, self.retry_within, self.sleep = throttle_delay_seconds, retry_within, sleep
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-record") if queued else None
         self.pending: deque[Future] = deque()
 
@@ -115,8 +114,7 @@ class Recorder:
         self._write(batch.owner, [Outcome(s, OutcomeKind.RELEASE, error_class, error) for s in rest],
                     [(batch.by_seq[s], False, False) for s in rest])
 
-    def _write(self, owner: str, outcomes: list[Outcome],
-               notes: list[tuple[ClaimedMessage, bool, bool]]) -> None:
+    def _write(self, owner: str, outcomes: list[Outcome], notes: list[tuple[ClaimedMessage, bool, bool]]) -> None:
         # The write holds the outcomes, not the batch: no payload waits in memory.
         store, summary, turns = self.store, self.summary, self.turns
         number = turns.next_write() if turns is not None else 0

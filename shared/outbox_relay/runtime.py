@@ -34,16 +34,12 @@ def build_publisher(settings: Settings) -> Publisher:
 
 def build_policy(settings: Settings) -> RelayPolicy:
     return RelayPolicy(
-        batch_size=settings.batch_size,
-        lease_seconds=settings.lease_seconds,
+        batch_size=settings.batch_size, lease_seconds=settings.lease_seconds,
         backoff=Backoff(base=settings.backoff_base_seconds, cap=settings.backoff_cap_seconds,
                         floor=settings.backoff_floor_seconds),
-        throttle_delay_seconds=settings.throttle_delay_seconds,
-        batch_max_bytes=settings.batch_max_bytes,
-        mode=settings.mode,
-        poll_interval_seconds=settings.poll_interval_seconds,
-        poll_max_interval_seconds=settings.poll_max_interval_seconds,
-    )
+        throttle_delay_seconds=settings.throttle_delay_seconds, batch_max_bytes=settings.batch_max_bytes,
+        mode=settings.mode, poll_interval_seconds=settings.poll_interval_seconds,
+        poll_max_interval_seconds=settings.poll_max_interval_seconds)
 
 
 @functools.cache

@@ -97,11 +97,8 @@ class LeaseStore(Store):
 
     def __init__(self, engine: Engine, channel: Channel, *, default_max_attempts: int, error_max_chars: int = 1000,
                  ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP):
-        self.engine = engine
-        self.channel = channel
-        self.default_max_attempts = default_max_attempts
-        self.error_max_chars = error_max_chars
-        self.ordering_on_dead = OrderingOnDead(ordering_on_dead)
+        self.engine, self.channel, self.default_max_attempts = engine, channel, default_max_attempts
+        self.error_max_chars, self.ordering_on_dead = error_max_chars, OrderingOnDead(ordering_on_dead)
         self.locked_heads = LockedHeads()
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
@@ -119,46 +116,36 @@ class LeaseStore(Store):
         messages = sorted((_message(r) for r in rows if r[0]), key=_seq_of)
         locked_heads = tuple(locked.split(",")) if locked else ()
         self.locked_heads.seen(locked_heads)
+        # Unconfirmed: those this claim was not told to move (confirmed since it began, maybe): claim again.
         return ClaimResult(tuple(messages), int(scanned), int(due), bool(suspect), bool(cut), int(requeued),
-                           locked_heads,
-                           # Those this claim was not told to move (confirmed since it began, maybe): claim again.
-                           tuple(h for h in locked_heads if h not in confirmed))
+                           locked_heads, tuple(h for h in locked_heads if h not in confirmed))
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
                          max_bytes: int = DEFAULT_BATCH_MAX_BYTES, *,
                          locked_heads: Sequence[str] | None = None) -> dict[str, object]:
         """The bound values of `sql.relay.claim` for these arguments (also for EXPLAIN)."""
-        return {
-            "channel": self.channel.value,
-            "limit": int(limit),
-            "owner": owner,
-            "lease_seconds": float(lease_seconds),
-            "default_max_attempts": self.default_max_attempts,
-            "max_bytes": int(max_bytes),
-            "block_on_dead": self.ordering_on_dead is OrderingOnDead.BLOCK,
-            "dead_hold_seconds": DEAD_HOLD_SECONDS,
-            "locked_heads": text_array_literal(self.locked_heads.confirmed() if locked_heads is None
-                                               else locked_heads),
-            "locked_hold_min_seconds": float(self.locked_hold_seconds[0]),
-            "locked_hold_max_seconds": float(self.locked_hold_seconds[1]),
-        }
+        return {"channel": self.channel.value, "limit": int(limit), "owner": owner,
+                "lease_seconds": float(lease_seconds), "default_max_attempts": self.default_max_attempts,
+                "max_bytes": int(max_bytes), "block_on_dead": self.ordering_on_dead is OrderingOnDead.BLOCK,
+                "dead_hold_seconds": DEAD_HOLD_SECONDS,
+                "locked_heads": text_array_literal(self.locked_heads.confirmed() if locked_heads is None
+                                                  else locked_heads),
+                "locked_hold_min_seconds": float(self.locked_hold_seconds[0]),
+                "locked_hold_max_seconds": float(self.locked_hold_seconds[1])}
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         if not outcomes:
             return RecordResult()
         cap = self.error_max_chars
-        params = {
-            "owner": owner,
-            "channel": self.channel.value,
-            "default_max_attempts": self.default_max_attempts,
-            "seqs": array_literal([o.seq for o in outcomes]),
-            "kinds": array_literal([o.kind.value for o in outcomes]),
-            "error_classes": text_array_literal([o.error_class.value if o.error_class else None for o in outcomes]),
-            "errors": text_array_literal([truncate(o.error, cap) for o in outcomes]),
-            "refs": text_array_literal([o.delivery_ref for o in outcomes]),
-            "delays": (array_literal([float(o.delay_seconds) for o in outcomes])
-                       if any(o.delay_seconds for o in outcomes) else None),
-        }
+        params = {"owner": owner, "channel": self.channel.value, "default_max_attempts": self.default_max_attempts,
+                  "seqs": array_literal([o.seq for o in outcomes]),
+                  "kinds": array_literal([o.kind.value for o in outcomes]),
+                  "error_classes": text_array_literal([o.error_class.value if o.error_class else None
+                                                       for o in outcomes]),
+                  "errors": text_array_literal([truncate(o.error, cap) for o in outcomes]),
+                  "refs": text_array_literal([o.delivery_ref for o in outcomes]),
+                  "delays": (array_literal([float(o.delay_seconds) for o in outcomes])
+                             if any(o.delay_seconds for o in outcomes) else None)}
         delivered, retried, dead, released, lost, oldest, lags = run_with_retry(
             self.engine, lambda conn: conn.execute(sql.relay.record_outcomes, params).one())
         lost_seqs = tuple(lost or ())
@@ -166,9 +153,8 @@ class LeaseStore(Store):
                             tuple(map(int, lags.split(","))) if lags else ())
 
     def oldest_pending_age_seconds(self) -> float:
-        return float(run_with_retry(
-            self.engine, lambda c: c.execute(sql.relay.oldest_pending_age, {"channel": self.channel.value}).scalar_one()
-        ))
+        return float(run_with_retry(self.engine, lambda c: c.execute(
+            sql.relay.oldest_pending_age, {"channel": self.channel.value}).scalar_one()))
 
 
 _seq_of = operator.attrgetter("seq")

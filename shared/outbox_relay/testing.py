@@ -22,7 +22,6 @@ from .store import (
     Store,
 )
 
-EXPIRED_AGAIN = "lease expired again: its holder died or overran its lease; re-claimed alone"
 REQUEUED = "lease expired: its holder died or overran its lease; back in the queue"
 
 

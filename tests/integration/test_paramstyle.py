@@ -17,8 +17,7 @@ from sqlalchemy import text
 
 from outbox_relay import sql
 from outbox_relay.config import load_settings
-from outbox_relay.db import create_relay_engine
-from outbox_relay.paramstyle import memoize_paramstyle_conversion
+from outbox_relay.db import create_relay_engine, memoize_paramstyle_conversion
 
 # Pieces of SQL text that drive pg8000's scanner into each of its states.
 _PIECES = st.sampled_from([
@@ -69,7 +68,7 @@ def test_other_paramstyles_are_not_cached() -> None:
 
 
 def test_the_cache_stays_bounded_and_starts_again_when_full() -> None:
-    from outbox_relay import paramstyle as db
+    from outbox_relay import db
 
     convert = _memoized()
     for i in range(db._PARAMSTYLE_CACHE_SIZE * 3):

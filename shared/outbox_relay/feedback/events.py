@@ -13,15 +13,11 @@ from typing import Any, Iterator, Mapping
 from ..errors import InvalidEventError
 from ..publishers.ses.payload import OUTBOX_TAG
 
+#: SES's event type: (ours, the member holding its details).
 EVENT_TYPES: Mapping[str, tuple[str, str]] = {
-    "Send": ("send", "send"),
-    "Delivery": ("delivery", "delivery"),
-    "Bounce": ("bounce", "bounce"),
-    "Complaint": ("complaint", "complaint"),
-    "Reject": ("reject", "reject"),
-    "Rendering Failure": ("rendering_failure", "failure"),
-    "DeliveryDelay": ("delivery_delay", "deliveryDelay"),
-}
+    "Send": ("send", "send"), "Delivery": ("delivery", "delivery"), "Bounce": ("bounce", "bounce"),
+    "Complaint": ("complaint", "complaint"), "Reject": ("reject", "reject"),
+    "Rendering Failure": ("rendering_failure", "failure"), "DeliveryDelay": ("delivery_delay", "deliveryDelay")}
 #: Event types a destination may publish that the feedback does not record.
 IGNORED_TYPES = frozenset({"Open", "Click", "Subscription"})
 MAX_SUBTYPE_CHARS = 100

@@ -28,22 +28,17 @@ class Recorded:
 
 class FeedbackStore:
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None, *, suppress: bool = True) -> None:
-        self.engine = engine
-        self.hasher = hasher
-        self.suppress = suppress
+        self.engine, self.hasher, self.suppress = engine, hasher, suppress
 
     def record(self, e: FeedbackEvent) -> Recorded:
         assert self.hasher is not None, "recording needs the addresses' key"
         hashes = [self.hasher.hash(a) for a in e.recipients]
         suppress = hashes if (self.suppress and e.suppress_reason) else []
-        params = {
-            "tag_id": e.outbox_message_id, "ses_id": e.ses_message_id, "event_type": e.event_type,
-            "event_at": e.event_at.isoformat(), "subtype": e.subtype,
-            "recipients": text_array_literal(hashes) if hashes else None,
-            "configuration_set": e.configuration_set, "event_key": e.event_key,
-            "suppress": text_array_literal(suppress) if suppress else None,
-            "suppress_reason": e.suppress_reason or "bounce",
-        }
+        params = {"tag_id": e.outbox_message_id, "ses_id": e.ses_message_id, "event_type": e.event_type,
+                  "event_at": e.event_at.isoformat(), "subtype": e.subtype, "event_key": e.event_key,
+                  "recipients": text_array_literal(hashes) if hashes else None,
+                  "configuration_set": e.configuration_set, "suppress_reason": e.suppress_reason or "bounce",
+                  "suppress": text_array_literal(suppress) if suppress else None}
         found, new, settled, suppressed, _, in_flight = run_with_retry(
             self.engine, lambda c: c.execute(sql.feedback.record_email_event, params).one())
         return Recorded(bool(found), bool(new), bool(settled), int(suppressed), bool(in_flight))
@@ -66,8 +61,7 @@ class SuppressionList:
     """By address (`entries` needs no key), one statement per call."""
 
     def __init__(self, engine: Engine, hasher: AddressHasher | None = None) -> None:
-        self.engine = engine
-        self.hasher = hasher
+        self.engine, self.hasher = engine, hasher
 
     def reasons(self, addresses: Iterable[str]) -> Mapping[str, str]:
         by_hash: dict[str, str] = {}
