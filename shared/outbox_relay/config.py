@@ -9,7 +9,7 @@ import functools
 import logging
 import os
 import re
-from typing import ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -172,13 +172,11 @@ class Settings(SdkEnvironment):
             raise ValueError(
                 f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}s) must be longer than "
                 f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), "
-                "or a message could be claimed twice while its first delivery is still running"
-            )
+                "or a message could be claimed twice while its first delivery is still running")
         if self.deadline_margin_seconds >= self.function_timeout_seconds:
             raise ValueError(
                 f"OUTBOX_DEADLINE_MARGIN_SECONDS ({self.deadline_margin_seconds:g}s) must be shorter than "
-                f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered"
-            )
+                f"OUTBOX_FUNCTION_TIMEOUT_SECONDS ({self.function_timeout_seconds:g}s), or nothing is ever delivered")
         # The poller TTL and the successor lead are read by latency mode alone (decision 0057).
         polls = self.relays and self.mode is Mode.LATENCY
         if polls and "successor_lead_seconds" in self.model_fields_set and \
@@ -228,23 +226,24 @@ def settings_for(*channels: str, base: type[Settings] = Settings) -> type[Settin
     return type(name, (base, *(spec.settings for spec in specs)), namespace)  # type: ignore[return-value]
 
 
-_RELATION_VARS = (
-    "OUTBOX_SUCCESSOR_LEAD_SECONDS", "OUTBOX_POLLER_TTL_SECONDS", "OUTBOX_LEASE_SECONDS", "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
-    "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "OUTBOX_POLLERS_MAX", "DATABASE_URL",
-    *(var for spec in CHANNELS for var in spec.relation_variables),
-)
+_RELATION_VARS = ("OUTBOX_SUCCESSOR_LEAD_SECONDS", "OUTBOX_POLLER_TTL_SECONDS", "OUTBOX_LEASE_SECONDS",
+                  "OUTBOX_DEADLINE_MARGIN_SECONDS", "OUTBOX_BACKOFF_CAP_SECONDS", "OUTBOX_BACKOFF_FLOOR_SECONDS",
+                  "OUTBOX_POLL_MAX_INTERVAL_SECONDS", "OUTBOX_POLLERS_MAX", "DATABASE_URL",
+                  *(var for spec in CHANNELS for var in spec.relation_variables))
+
+
+def _names(field: str, alias: Any) -> list[str]:
+    """The variables a field reads."""
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    return [alias if isinstance(alias, str) else f"OUTBOX_{field.upper()}"]
 
 
 def _variable_for(cls: type[Settings], field: str) -> str:
-    aliases = {i.validation_alias for i in cls.model_fields.values() if isinstance(i.validation_alias, str)}
-    if field in aliases:
+    if any(i.validation_alias == field for i in cls.model_fields.values()):
         return field
     info = cls.model_fields.get(field)
-    if info is not None and isinstance(info.validation_alias, str):
-        return info.validation_alias
-    if info is not None and isinstance(info.validation_alias, AliasChoices):
-        return str(info.validation_alias.choices[0])
-    return f"OUTBOX_{field.upper()}"
+    return _names(field, info.validation_alias)[0] if info is not None else f"OUTBOX_{field.upper()}"
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -265,14 +264,8 @@ def load_maintenance_settings(**overrides: object) -> MaintenanceSettings:
 
 def variables() -> frozenset[str]:
     """Every environment variable the settings read, every channel's included."""
-    names = set()
-    for name, info in settings_for(*(spec.name for spec in CHANNELS)).model_fields.items():
-        alias = info.validation_alias
-        if isinstance(alias, AliasChoices):
-            names.update(str(choice) for choice in alias.choices)
-        else:
-            names.add(alias if isinstance(alias, str) else f"OUTBOX_{name.upper()}")
-    return frozenset(names)
+    fields = settings_for(*(spec.name for spec in CHANNELS)).model_fields
+    return frozenset(var for name, info in fields.items() for var in _names(name, info.validation_alias))
 
 
 def check_unknown_variables(environ: Mapping[str, str] | None = None) -> None:

@@ -246,11 +246,9 @@ def database_unreachable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, pg8000.exceptions.InterfaceError):
         # Its other interface errors (TLS refused, an authentication method it lacks) are configuration.
-        text = str(exc).lower()
-        return not any(word in text for word in ("ssl", "authentication", "password"))
+        return not any(word in str(exc).lower() for word in ("ssl", "authentication", "password"))
     if isinstance(exc, pg8000.exceptions.DatabaseError) and exc.args and isinstance(exc.args[0], dict):
-        code = str(exc.args[0].get("C", ""))
-        return code.startswith(_UNREACHABLE_STATES)
+        return str(exc.args[0].get("C", "")).startswith(_UNREACHABLE_STATES)
     return False
 
 

@@ -28,17 +28,6 @@ class ScheduleEvent(ScheduledEvent):
     slot: int | None = Field(default=None, ge=0, le=99)
 
 
-def check_timeout(deps: Dependencies, context: Any) -> None:
-    """A message could be claimed twice while its first delivery runs."""
-    remaining = context.get_remaining_time_in_millis() / 1000.0
-    if remaining >= deps.settings.lease_seconds:
-        raise ConfigurationError(
-            "OUTBOX_LEASE_SECONDS",
-            f"the lease ({deps.settings.lease_seconds:g}s) must be longer than the function timeout "
-            f"(at least {remaining:.0f}s remain in this invocation)",
-        )
-
-
 class MetricsWindow:
     """EMF metrics flushed at least every `interval_seconds` while a long invocation runs, each
     flush what happened since the one before; the handler flushes the rest."""
@@ -116,7 +105,10 @@ def run_relay(event: dict[str, Any] | None, context: Any, deps: Dependencies) ->
     if parsed.channel is not None and parsed.channel is not channel:
         raise ConfigurationError("OUTBOX_CHANNEL", f"this function relays {channel.value}, "
                                  f"the event asks for {parsed.channel.value}")
-    check_timeout(deps, context)
+    remaining = context.get_remaining_time_in_millis() / 1000.0
+    if remaining >= deps.settings.lease_seconds:  # a message could be claimed twice while its first delivery runs
+        raise ConfigurationError("OUTBOX_LEASE_SECONDS", f"the lease ({deps.settings.lease_seconds:g}s) must be longer "
+                                 f"than the function timeout (at least {remaining:.0f}s remain in this invocation)")
     deadline = Deadline(context.get_remaining_time_in_millis, deps.settings.deadline_margin_seconds)
     owner = lease_token(context.aws_request_id)
     window = MetricsWindow(channel, deps.settings.metrics_interval_seconds)

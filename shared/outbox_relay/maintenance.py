@@ -47,8 +47,8 @@ class RedriveRequest(BaseModel):
     source: str | None = None
 
     def selection(self) -> RedriveSelection:
-        return RedriveSelection(tuple(self.ids), self.channel,
-                                    self.error_class.value if self.error_class else None, self.all)
+        return RedriveSelection(tuple(self.ids), self.channel, self.error_class.value if self.error_class else None,
+                                self.all)
 
 
 @dataclass(frozen=True)
@@ -84,28 +84,24 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
         result = redrive(deps.engine, selection, dry_run=request.dry_run)
         summary = {"action": "redrive", "redrive": result.as_dict()}
         obs.logger.info("redrive done", extra={"moved": result.moved, "dry_run": result.dry_run,
-                                               "by_channel": result.by_channel,
-                                               "by_error_class": result.by_error_class})
+                                               "by_channel": result.by_channel, "by_error_class": result.by_error_class})
     else:
         try:
             run = ScheduledRun.model_validate(event)
         except ValidationError as exc:
             raise InvalidEventError.of(exc) from None
         reserve = max(MIN_RESERVE_SECONDS, deps.settings.deadline_margin_seconds)
-        purged = purge(
-            deps.engine,
-            delivered_older_than_seconds=deps.settings.retain_delivered_seconds,
-            dead_older_than_seconds=deps.settings.retain_dead_seconds,
-            keep_going=lambda: context.get_remaining_time_in_millis() / 1000.0 > reserve,
-        )
+        delivered, dead = deps.settings.retain_delivered_seconds, deps.settings.retain_dead_seconds
+
+        def keep_going() -> bool:
+            return context.get_remaining_time_in_millis() / 1000.0 > reserve
+
+        purged = purge(deps.engine, delivered_older_than_seconds=delivered, dead_older_than_seconds=dead,
+                       keep_going=keep_going)
         # SES feedback events go with the longer of the two windows: a dead letter's story is kept as long as it is.
-        events_purged = purge_email_events(
-            deps.engine, older_than_seconds=max(deps.settings.retain_delivered_seconds,
-                                                deps.settings.retain_dead_seconds),
-            keep_going=lambda: context.get_remaining_time_in_millis() / 1000.0 > reserve)
+        events_purged = purge_email_events(deps.engine, older_than_seconds=max(delivered, dead), keep_going=keep_going)
         summary = {"action": "maintenance", "purged": purged.as_dict(), "email_events_purged": events_purged,
-                   "retain_delivered_seconds": deps.settings.retain_delivered_seconds,
-                   "retain_dead_seconds": deps.settings.retain_dead_seconds}
+                   "retain_delivered_seconds": delivered, "retain_dead_seconds": dead}
         obs.logger.info("retention purge done", extra={"delivered": purged.delivered, "dead": purged.dead,
                                                        "batches": purged.batches, "complete": purged.complete,
                                                        "schedule": run.schedule_arn or run.source})

@@ -25,9 +25,7 @@ _otel: Any = None  # the opentelemetry.trace module, False when not installed, N
 
 
 def parse_traceparent(value: Any) -> tuple[str, str, str] | None:
-    if not isinstance(value, str):
-        return None
-    m = _TRACEPARENT.fullmatch(value)
+    m = _TRACEPARENT.fullmatch(value) if isinstance(value, str) else None
     if m is None or m.group(1) == _ZERO_TRACE or m.group(2) == _ZERO_SPAN:
         return None
     return m.group(1), m.group(2), m.group(3)
@@ -43,10 +41,9 @@ def xray_to_traceparent(header: str | None) -> str | None:
         return None
     parts = dict(p.strip().split("=", 1) for p in header.split(";") if "=" in p)
     root = _XRAY_ROOT.fullmatch(parts.get("Root", ""))
-    parent = parts.get("Parent", "")
     if root is None:
         return None
-    value = f"00-{root.group(1)}{root.group(2)}-{parent}-{'01' if parts.get('Sampled') == '1' else '00'}"
+    value = f"00-{root.group(1)}{root.group(2)}-{parts.get('Parent', '')}-{'01' if parts.get('Sampled') == '1' else '00'}"
     return value if parse_traceparent(value) else None
 
 
@@ -55,8 +52,7 @@ def traceparent_to_xray(traceparent: str) -> str | None:
     if parsed is None:
         return None
     trace, parent, flags = parsed
-    sampled = int(flags, 16) & 1
-    return f"Root=1-{trace[:8]}-{trace[8:]};Parent={parent};Sampled={sampled}"
+    return f"Root=1-{trace[:8]}-{trace[8:]};Parent={parent};Sampled={int(flags, 16) & 1}"
 
 
 def _opentelemetry() -> Any:
@@ -130,13 +126,9 @@ def batch_span(system: str, messages: Iterable[Any]) -> ContextManager[Any]:
     """A PRODUCER span linking (not parenting) each message's context, as OpenTelemetry's messaging
     conventions say of a batch; a null context without an SDK."""
     trace = _opentelemetry()
-    if trace is None:
+    if trace is None or isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return nullcontext()
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-        return nullcontext()
-    messages = list(messages)
-    links = []
+    messages, links = list(messages), []
     destinations = {m.destination for m in messages}
     for m in messages:
         traceparent, state = context_of(m.headers_json)
@@ -151,6 +143,6 @@ def batch_span(system: str, messages: Iterable[Any]) -> ContextManager[Any]:
                                   "messaging.operation.name": "send", "messaging.batch.message_count": len(messages)}
     if destination is not None:
         attributes["messaging.destination.name"] = destination
-    tracer = trace.get_tracer("outbox_relay")
-    return tracer.start_as_current_span(f"send {destination}" if destination else "send", kind=trace.SpanKind.PRODUCER,
-                                        links=links, attributes=attributes)
+    return trace.get_tracer("outbox_relay").start_as_current_span(
+        f"send {destination}" if destination else "send", kind=trace.SpanKind.PRODUCER, links=links,
+        attributes=attributes)

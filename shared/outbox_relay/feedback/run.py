@@ -14,7 +14,6 @@ from pydantic import model_validator
 from .. import observability as obs
 from ..config import _load, settings_for
 from ..db import create_relay_engine
-from ..errors import ConfigurationError
 from .events import IGNORED, FeedbackEvent, MalformedEvent, parse_records
 from .hashing import address_hasher
 from .store import FeedbackStore
@@ -92,8 +91,7 @@ def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[s
         obs.logger.info("feedback event recorded" if done.found else "feedback event for an unknown message",
                         extra={"event_type": parsed.event_type, "message_id": parsed.outbox_message_id,
                                "ses_message_id": parsed.ses_message_id, "settled": done.settled,
-                               "in_flight": done.in_flight,
-                               "suppressed": done.suppressed})
+                               "in_flight": done.in_flight, "suppressed": done.suppressed})
     obs.ensure_namespace()
     for name, key in (("FeedbackRecorded", "recorded"), ("FeedbackDuplicate", "duplicates"),
                       ("FeedbackUnknownMessage", "unknown"), ("FeedbackSettled", "settled"),
@@ -105,7 +103,3 @@ def run_feedback(event: Any, context: Any, deps: FeedbackDependencies) -> dict[s
                            default_dimensions={"service": obs.SERVICE}) as m:
             m.add_dimension(name="configuration_set", value=config_set)
     return summary
-
-
-__all__ = ["ConfigurationError", "FeedbackDependencies", "FeedbackSettings", "get_dependencies",
-           "load_feedback_settings", "reset", "run_feedback"]

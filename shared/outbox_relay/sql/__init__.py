@@ -8,7 +8,7 @@ import re
 from importlib import resources
 from types import SimpleNamespace
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 
 _HEADER = re.compile(r"^-- name: *([a-z][a-z0-9_]*) *$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
@@ -53,7 +53,7 @@ def expand(statements: dict[str, str]) -> dict[str, str]:
     return done
 
 
-def _load() -> dict[str, dict[str, str]]:
+def _load() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     files = {area: parse(resources.files(__name__).joinpath(f"{area}.sql").read_text(encoding="utf-8"),
                          f"{area}.sql") for area in AREAS}
     everything: dict[str, str] = {}
@@ -63,25 +63,13 @@ def _load() -> dict[str, dict[str, str]]:
                 raise ValueError(f"{area}.sql: '{name}' is also defined in another file")
             everything[name] = body
     expanded = expand(everything)
-    return {area: {name: expanded[name] for name in statements} for area, statements in files.items()}
+    return {area: {name: expanded[name] for name in statements} for area, statements in files.items()}, expanded
 
 
-def _namespace(statements: dict[str, str]) -> SimpleNamespace:
-    return SimpleNamespace(**{name: text(body) for name, body in statements.items()})
-
-
-_TEXTS = _load()
-relay = _namespace(_TEXTS["relay"])
-producer = _namespace(_TEXTS["producer"])
-operations = _namespace(_TEXTS["operations"])
-feedback = _namespace(_TEXTS["feedback"])
+_TEXTS, _EXPANDED = _load()
+relay, producer, operations, feedback = (SimpleNamespace(**{name: text(body) for name, body in _TEXTS[area].items()})
+                                         for area in AREAS)
 
 
 def statement_text(name: str) -> str:
-    for statements in _TEXTS.values():
-        if name in statements:
-            return statements[name]
-    raise KeyError(name)
-
-
-__all__ = ["TextClause", "feedback", "operations", "producer", "relay", "statement_text"]
+    return _EXPANDED[name]
