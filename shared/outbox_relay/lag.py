@@ -18,10 +18,7 @@ def _bucket(ms: int) -> int:
 
 
 def _value(bucket: int) -> float:
-    if bucket == 0:
-        return 0.0
-    low = GROWTH ** (bucket - 1)
-    return round(low * (1 + GROWTH) / 2, 3)
+    return 0.0 if bucket == 0 else round(GROWTH ** (bucket - 1) * (1 + GROWTH) / 2, 3)
 
 
 class LagHistogram:

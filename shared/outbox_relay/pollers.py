@@ -213,12 +213,12 @@ class Handover:
                 return
             if self.slot is not None and self.slot >= self.pollers.count and not self.backlog_old():
                 self.successor = "not_needed"
-                return
-            if not self.registry.request_successor(self.owner, self.lead_seconds):
+            elif not self.registry.request_successor(self.owner, self.lead_seconds):
                 self.successor = "refused"
-                return
-            self.successor = "requested"
-        self._invoke(reason, self.slot, background=background)
+            else:
+                self.successor = "requested"
+        if self.successor == "requested":
+            self._invoke(reason, self.slot, background=background)
 
     def _invoke(self, reason: str, slot: int | None, *, background: bool) -> None:
         if self.start_successor is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import accumulate
 from typing import Sequence
 
 from .ids import uuid7
@@ -51,9 +52,8 @@ class StoredMessage:
 class InMemoryStore(Store):
     def __init__(self, *, default_max_attempts: int = 5, ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP,
                  now: float = 1000.0) -> None:
-        self.default_max_attempts = default_max_attempts
+        self.default_max_attempts, self.now = default_max_attempts, now
         self.ordering_on_dead = OrderingOnDead(ordering_on_dead)
-        self.now = now
         self.rows: dict[int, StoredMessage] = {}
         self.locked_heads = LockedHeads(clock=lambda: self.now)
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
@@ -133,23 +133,16 @@ class InMemoryStore(Store):
             out_of_turn |= {r.seq for i, r in enumerate(rows) if i >= len(firsts) or firsts[i] != r.seq}
             head = self.rows[firsts[0]] if firsts else None
             if head is not None and head not in due and head.status is Status.PENDING and head.available_at <= now:
-                heads[k] = f"{head.seq}:{head.locked_by}"
+                heads[k] = f"{head.seq}:{head.locked_by or 0}"  # xmax 0: no transaction holds it
         moves = {r.seq: turns[r.seq] for r in due if turns[r.seq] not in (None, -math.inf)}
-        held = 0
         low, high = self.locked_hold_seconds
-        for r in due:
-            if r.seq in out_of_turn and heads.get((r.destination, r.key)) in confirmed:
-                since = max(r.created_at, r.scheduled_at or r.created_at)
-                moves[r.seq] = now + min(high, max(low, now - since))
-                held += 1
-        picked, running, cut = [], 0, False
-        for r in sorted((r for r in candidates if r.seq not in out_of_turn), key=lambda r: r.seq):
-            size = len(r.payload_json.encode())
-            if running < max_bytes:
-                picked.append(r)
-            else:
-                cut = True
-            running += size
+        held = [r for r in due if r.seq in out_of_turn and heads.get((r.destination, r.key)) in confirmed]
+        for r in held:
+            moves[r.seq] = now + min(high, max(low, now - max(r.created_at, r.scheduled_at or r.created_at)))
+        budget = sorted((r for r in candidates if r.seq not in out_of_turn), key=lambda r: r.seq)
+        before = accumulate((len(r.payload_json.encode()) for r in budget), initial=0)  # bytes before each
+        picked = [r for r, size in zip(budget, before) if size < max_bytes]
+        cut = len(picked) < len(budget)
         picked += ([suspect] if suspect else []) + exhausted
         # The changes.
         for r in requeued:
@@ -172,7 +165,7 @@ class InMemoryStore(Store):
                                            _iso(r.created_at)))
         locked = tuple(heads.values())
         self.locked_heads.seen(locked)
-        return ClaimResult(tuple(sorted(messages, key=lambda m: m.seq)), len(due) - len(out_of_turn) + held,
+        return ClaimResult(tuple(sorted(messages, key=lambda m: m.seq)), len(due) - len(out_of_turn) + len(held),
                            len(due), suspect is not None, cut, len(requeued), locked,
                            tuple(h for h in locked if h not in confirmed))
 

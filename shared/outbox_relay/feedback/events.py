@@ -79,8 +79,7 @@ def parse_record(record: Any, where: str = "Records[0]") -> FeedbackEvent | obje
 
 def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEvent | object:
     kind = message.get("eventType")
-    if not isinstance(kind, str):
-        kind = None
+    kind = kind if isinstance(kind, str) else None
     if kind in IGNORED_TYPES:
         return IGNORED
     if kind not in EVENT_TYPES:
@@ -107,8 +106,7 @@ def parse_message(message: Mapping[str, Any], at: str = "Message") -> FeedbackEv
     details = _member(message, member, at, dict)
     dat = f"{at}.{member}"
     destination = _addresses(mail.get("destination", []), f"{at}.mail.destination", None)
-    subtype, suppress, recipients = None, None, destination
-    event_at = mail_at
+    subtype, suppress, recipients, event_at = None, None, destination, mail_at
     if event_type in ("delivery", "bounce", "complaint", "delivery_delay"):
         event_at = _time(details, "timestamp", dat)
     key = event_at.isoformat()

@@ -16,7 +16,7 @@ from sqlalchemy.pool import NullPool
 from outbox_relay.models import OrderingOnDead, Status
 from outbox_relay.producer import enqueue_events_bulk
 from outbox_relay.publishers.registry import Channel
-from outbox_relay.store import LeaseStore, Store
+from outbox_relay.store import LeaseStore, LockedHeads, Store
 from outbox_relay.testing import InMemoryStore
 
 
@@ -73,10 +73,13 @@ class PostgresHarness:
         self.url: str = request.getfixturevalue("database_url")
         self.app: Engine = request.getfixturevalue("app_engine")
         self.store: Store | None = None
+        self.moved = 0.0  # seconds `advance` let pass
 
     def make(self, *, ordering_on_dead: OrderingOnDead = OrderingOnDead.SKIP, max_attempts: int = 3) -> Store:
         self.store = LeaseStore(self.relay_engine, Channel.REDIS, default_max_attempts=max_attempts,
                                 ordering_on_dead=ordering_on_dead)
+        # The locked heads' clock is the process's: time let pass moves it with the database's, as the fake's.
+        self.store.locked_heads = LockedHeads(clock=lambda: time.monotonic() + self.moved)
         return self.store
 
     def add(self, n: int = 1, *, key: str | None = None, payload: str = '{"n": 1}', deliver_in: float | None = None,
@@ -89,6 +92,7 @@ class PostgresHarness:
                                      {"ids": [str(i) for i in ids]}).scalars())
 
     def advance(self, seconds: float) -> None:
+        self.moved += seconds
         with self.app.begin() as conn:
             conn.execute(text(
                 "UPDATE outbox_message SET available_at = available_at - make_interval(secs => :s), "
