@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.postgresql.pg8000 import PGDialect_pg8000
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .config import Settings
@@ -47,8 +47,6 @@ registry.register("postgresql.outbox_pg8000", __name__, "OutboxPg8000Dialect")
 
 def create_outbox_engine(url: URL | str, **kwargs: Any) -> Engine:
     """Never autocommit; new connections checked for a pooler in statement mode."""
-    from sqlalchemy.engine import make_url
-
     if kwargs.get("isolation_level") == "AUTOCOMMIT":
         raise ValueError("the outbox engine runs every unit of work in a transaction")
     engine = create_engine(make_url(url).set(drivername=DRIVERNAME), **kwargs)
@@ -135,12 +133,6 @@ def iam_token(host: str, port: int, user: str, region: str | None = None) -> str
     return _rds_client(region).generate_db_auth_token(DBHostname=host, Port=port, DBUsername=user)
 
 
-def _is_login_refused(exc: Exception) -> bool:
-    # SQLSTATE class 28: invalid authorization.
-    detail = exc.args[0] if exc.args else None
-    return isinstance(detail, dict) and str(detail.get("C", "")).startswith("28")
-
-
 def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, int, str], str] | None = None) -> Engine:
     """`token_provider(host, port, user)` replaces IAM token generation (tests)."""
     if settings.database_iam_auth and settings.database_tls == "disable":
@@ -173,7 +165,8 @@ def create_relay_engine(settings: Settings, *, token_provider: Callable[[str, in
             try:
                 return dialect.dbapi.connect(*cargs, **cparams)
             except dialect.dbapi.DatabaseError as exc:
-                if not _is_login_refused(exc):
+                detail = exc.args[0] if exc.args else None
+                if not (isinstance(detail, dict) and str(detail.get("C", "")).startswith("28")):  # not a login refusal
                     raise
                 log.info("database refused the cached credentials; fetching the secret again")
                 cparams.update(_cparams(_secret_url(settings, force_fetch=True)))
@@ -222,8 +215,8 @@ def _set_no_delay(dbapi_connection: Any, connection_record: Any) -> None:
 
 
 def _cparams(url: URL) -> dict[str, Any]:
-    return {"user": url.username, "password": url.password, "host": url.host,
-            "port": url.port or 5432, "database": url.database}
+    return {"user": url.username, "password": url.password, "host": url.host, "port": url.port or 5432,
+            "database": url.database}
 
 
 #: SQLSTATEs of a server that cannot serve now: connection (08), shutdown or restart

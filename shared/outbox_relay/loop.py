@@ -225,12 +225,10 @@ class RelayLoop:
 
     def again_after_nothing(self, batch: Batch) -> bool:
         """Whether to claim again (waiting first where that is the rule); False ends the invocation."""
-        claim = batch.claim
         if self.one_batch:
             # Not yet the batch: shortly behind an unconfirmed locked head; at once after moves or requeues.
-            if batch.waiting_on_a_lock and self.wait_for(LOCKED_HEAD_RECHECK_SECONDS):
-                return True
-            return claim.scanned > 0 or claim.requeued > 0
+            return ((batch.waiting_on_a_lock and self.wait_for(LOCKED_HEAD_RECHECK_SECONDS))
+                    or batch.claim.scanned > 0 or batch.claim.requeued > 0)
         # Moved rows leave the window for good, so the next claim scans past them;
         # a full window of rows out of turn alone would only be scanned again.
         if batch.moved_from_full:

@@ -40,30 +40,15 @@ finally:
         os.environ["POWERTOOLS_DEV"] = _dev
 
 # Relay (per invocation, dimension channel)
-CLAIMED = "Claimed"
-DELIVERED = "Delivered"
-RETRIED = "Retried"
-DEAD_LETTERED = "DeadLettered"
-RELEASED = "Released"
-LEASE_LOST = "LeaseLost"
-THROTTLED = "Throttled"
-BATCH_STOPPED = "BatchStopped"
-GATE_CLOSED = "GateClosed"
-BATCH_DURATION = "BatchDuration"
-OLDEST_PENDING_AGE = "OldestPendingAge"
-DELIVERY_LAG = "DeliveryLag"
-DELIVERY_LAG_MAX = "DeliveryLagMax"
-# Latency mode's poller handover (the live pollers as one saw them), and seconds
-# PostgreSQL could not be reached.
-POLLERS = "Pollers"
-SECONDS_WITHOUT_POLLER = "SecondsWithoutPoller"
-SUCCESSOR_NOT_STARTED = "SuccessorNotStarted"
-LEASES_TAKEN_OVER = "LeasesTakenOver"
-DATABASE_UNREACHABLE = "DatabaseUnreachableSeconds"
+CLAIMED, DELIVERED, RETRIED, DEAD_LETTERED = "Claimed", "Delivered", "Retried", "DeadLettered"
+RELEASED, LEASE_LOST, THROTTLED = "Released", "LeaseLost", "Throttled"
+BATCH_STOPPED, GATE_CLOSED, BATCH_DURATION = "BatchStopped", "GateClosed", "BatchDuration"
+OLDEST_PENDING_AGE, DELIVERY_LAG, DELIVERY_LAG_MAX = "OldestPendingAge", "DeliveryLag", "DeliveryLagMax"
+# Latency mode's poller handover (the live pollers as one saw them), and seconds PostgreSQL could not be reached.
+POLLERS, SECONDS_WITHOUT_POLLER, SUCCESSOR_NOT_STARTED = "Pollers", "SecondsWithoutPoller", "SuccessorNotStarted"
+LEASES_TAKEN_OVER, DATABASE_UNREACHABLE = "LeasesTakenOver", "DatabaseUnreachableSeconds"
 # Maintenance (daily, dimension channel)
-PENDING_DEPTH = "PendingDepth"
-DEAD_COUNT = "DeadCount"
-PURGED = "Purged"
+PENDING_DEPTH, DEAD_COUNT, PURGED = "PendingDepth", "DeadCount", "Purged"
 
 # SES feedback (dimension service; the reputation ones by configuration_set).
 FEEDBACK_METRICS = ("FeedbackRecorded", "FeedbackDuplicate", "FeedbackUnknownMessage", "FeedbackRefused",

@@ -31,9 +31,8 @@ class PurgeResult:
         return self.delivered + self.dead
 
     def as_dict(self) -> dict[str, Any]:
-        return {"delivered": self.delivered, "dead": self.dead, "total": self.total,
-                "batches": self.batches, "largest_batch": self.largest_batch,
-                "complete": self.complete, "by_channel": self.by_channel}
+        return {"delivered": self.delivered, "dead": self.dead, "total": self.total, "batches": self.batches,
+                "largest_batch": self.largest_batch, "complete": self.complete, "by_channel": self.by_channel}
 
 
 def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
@@ -41,13 +40,10 @@ def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
     def work(conn: Any) -> dict[str, int]:
         delivered = conn.execute(sql.operations.count_delivered_older,
                                  {"older_than_seconds": float(delivered_older_than_seconds)}).scalar_one()
-        dead = 0
-        if dead_older_than_seconds is not None:
-            for ch in Channel:
-                for statement in (sql.operations.count_dead_older, sql.operations.count_discarded_older):
-                    dead += conn.execute(statement, {"channel": ch.value,
-                                                     "older_than_seconds": float(dead_older_than_seconds)}
-                                         ).scalar_one()
+        dead = 0 if dead_older_than_seconds is None else sum(
+            conn.execute(statement, {"channel": ch.value, "older_than_seconds": float(dead_older_than_seconds)})
+            .scalar_one() for ch in Channel
+            for statement in (sql.operations.count_dead_older, sql.operations.count_discarded_older))
         return {"delivered": int(delivered), "dead": int(dead)}
 
     return run_with_retry(engine, work)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from sqlalchemy import Engine
@@ -51,9 +51,7 @@ class RedriveResult:
     not_dead: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "moved": self.moved, "batches": self.batches,
-                "by_channel": self.by_channel, "by_error_class": self.by_error_class,
-                "not_dead": self.not_dead}
+        return asdict(self)
 
     def add(self, channel: str, error_class: str | None, n: int) -> None:
         self.moved += n
