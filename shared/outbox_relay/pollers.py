@@ -5,6 +5,7 @@ that are compared live in PostgreSQL, on its clock; this process keeps only dura
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -305,8 +306,6 @@ def lambda_starter(function_name: str, region: str | None) -> StartSuccessor:
     client: list[Any] = []
 
     def start(event: dict[str, Any]) -> None:
-        import json
-
         if not client:
             import boto3
             from botocore.config import Config

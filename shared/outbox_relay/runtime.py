@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 from dataclasses import dataclass
@@ -90,9 +91,7 @@ def reset() -> None:
     from .observability import metrics
 
     metrics.clear_metrics()
-    try:
+    with contextlib.suppress(Exception):  # parameters is optional at runtime
         from aws_lambda_powertools.utilities import parameters
 
         parameters.clear_caches()
-    except Exception:  # pragma: no cover - parameters is optional at runtime
-        pass
