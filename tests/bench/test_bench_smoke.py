@@ -69,9 +69,10 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert phases["claim_first_row_ms_median"] > 0 and phases["claim_rows_ms_median"] > 0
     # "the rest" is each invocation's time less the other steps, so the steps add up to
     # the invocations' time, part of the loop's (which also holds the last, empty one);
-    # a step counted twice would make "the rest" negative
+    # a step counted twice would make "the rest" negative. At 3 batches held to Lambda's
+    # CPU, one throttled period in the empty last invocation weighs much: a loose floor
     loop_us = 1e6 / phases["messages_per_second"]
-    assert 0.5 * loop_us < phases["sum_wall_us"] <= loop_us * 1.001
+    assert 0.2 * loop_us < phases["sum_wall_us"] <= loop_us * 1.001
     assert all(st["wall_us"] >= 0 and st["relay_cpu_us"] >= 0 for st in steps.values())
     assert steps["handler, the rest"]["wall_us"] > 0
     if steps["record"]["postgresql_cpu_us"] is not None:  # PostgreSQL on this host
