@@ -29,6 +29,16 @@ def _bench(servers, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+def _section(servers, redis_prefix, tmp_path, name: str, *args: str) -> tuple[str, dict]:
+    """Run one section into a results file of the test's own: its database's name and the results."""
+    database = f"outbox_bench_{name}_{os.getpid()}"
+    out = tmp_path / "latest.json"
+    proc = _bench(servers, name, "--quick", *args, "--database-name", database, "--prefix", redis_prefix,
+                  "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return database, json.loads(out.read_text())
+
+
 def _every_message_once_in_order(run: dict) -> None:
     check = run["check"]
     assert check["ok"], check
@@ -37,12 +47,9 @@ def _every_message_once_in_order(run: dict) -> None:
 
 
 def test_two_pollers_deliver_every_keyed_message_once_in_order(servers, redis_prefix, tmp_path):
-    database = f"outbox_bench_pollers_{os.getpid()}"
-    out = tmp_path / "latest.json"
-    proc = _bench(servers, "pollers", "--quick", "--pollers", "2", "--rates", "150", "--latency-seconds", "4",
-                  "--database-name", database, "--prefix", redis_prefix, "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    section = json.loads(out.read_text())["pollers"]
+    database, results = _section(servers, redis_prefix, tmp_path, "pollers", "--pollers", "2", "--rates", "150",
+                                 "--latency-seconds", "4")
+    section = results["pollers"]
     assert [c["pollers"] for c in section["counts"]] == [2]
     for count in section["counts"]:
         (run,) = count["runs"]
@@ -55,18 +62,14 @@ def test_two_pollers_deliver_every_keyed_message_once_in_order(servers, redis_pr
         assert drain["run"]["sent"] + drain["messages"] == drain["run"]["delivered"]
         assert drain["messages"] == section["backlog"] > 0 and drain["drain_per_second"] > 0
     assert section["check"] == {"ok": True, "keys_out_of_order": 0, "lost": 0}
-    page = report.markdown(json.loads(out.read_text()))
-    assert "Pollers per channel" in page
+    assert "Pollers per channel" in report.markdown(results)
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
 
 
 def test_a_downstream_outage_delivers_nothing_then_drains_in_key_order(servers, redis_prefix, tmp_path):
-    database = f"outbox_bench_catchup_{os.getpid()}"
-    out = tmp_path / "latest.json"
-    proc = _bench(servers, "catchup", "--quick", "--r1", "200", "--pollers", "2", "--outage-minutes", "0.1",
-                  "--database-name", database, "--prefix", redis_prefix, "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    section = json.loads(out.read_text())["catchup"]
+    database, results = _section(servers, redis_prefix, tmp_path, "catchup", "--r1", "200", "--pollers", "2",
+                                 "--outage-minutes", "0.1")
+    section = results["catchup"]
     assert section["pollers"] == 2 and section["offered_per_second"] == 100 and section["outage_seconds"] == 6
     _every_message_once_in_order(section["latency_run"])
     assert section["delivered_during_outage"] == 0
@@ -75,7 +78,7 @@ def test_a_downstream_outage_delivers_nothing_then_drains_in_key_order(servers, 
     assert section["caught_up_after_seconds"] is not None
     assert section["reference_per_second"] is None and section["drain_vs_reference"] is None  # --r1 alone
     assert section["check"] == {"ok": True, "keys_out_of_order": 0, "lost": 0, "duplicates": 0}
-    assert "Catching up after a downstream outage" in report.markdown(json.loads(out.read_text()))
+    assert "Catching up after a downstream outage" in report.markdown(results)
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
 
 
