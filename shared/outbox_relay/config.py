@@ -214,6 +214,8 @@ class MaintenanceSettings(Settings):
     """It claims and publishes nothing: no channel's settings, no timeout against the lease."""
 
     relays: ClassVar[bool] = False
+    #: Days kept open ahead of today (docs/decisions/0066): days of missed runs before ids go to day 0.
+    partition_margin_days: int = Field(default=7, ge=4, le=60, strict=False)
 
 
 @functools.cache

@@ -67,7 +67,7 @@ END
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
            last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner, available_at,
-           delivery_ref
+           delivery_ref, day
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at, seq
@@ -78,7 +78,7 @@ WITH expired AS (
     -- resend, whatever became of its holder.
     UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), lease_owner = NULL,
            lease_expires_at = NULL
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE delivery_ref IS NOT NULL))
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE delivery_ref IS NOT NULL)) AND o.status = 'leased'
     RETURNING o.seq
 ), requeued AS (
     -- A first expiry is presumed innocent (its holder died of something else: a
@@ -88,6 +88,7 @@ WITH expired AS (
            last_error_class = 'lease_expired',
            last_error = 'lease expired: its holder died or overran its lease; back in the queue'
      WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE NOT exhausted AND NOT again AND delivery_ref IS NULL))
+       AND o.status = 'leased'
     RETURNING o.seq
 ), suspect AS (
     -- A lease that expired again since (its holder died once more, maybe because
@@ -169,7 +170,7 @@ WITH expired AS (
 ), moved AS (
     UPDATE outbox_message o SET available_at = v.until
       FROM moves v
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM moves)) AND o.seq = v.seq
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM moves)) AND o.seq = v.seq AND o.status = 'pending'
     RETURNING o.seq
 ), budget AS (
     SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
@@ -195,16 +196,16 @@ UPDATE outbox_message o SET
                             THEN 'lease expired with no attempts left (' || o.attempts || ' made); '
                                  || 'the holder died or overran its lease'
                             ELSE o.last_error END
- WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked))
-RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
+ WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked)) AND o.status IN ('pending', 'leased')
+RETURNING o.seq, o.day, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
           coalesce(o.max_attempts, :default_max_attempts) AS max_attempts,
           to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
 ), expiry_history AS (
     -- The expired attempts this claim dealt with, as lines of their messages' history
     -- (outbox_message_history), the texts as the rows record them; an expired lease
     -- left for a later claim is written then. A requeued row keeps its place: its due time.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
-    SELECT e.seq, CASE WHEN e.delivery_ref IS NOT NULL THEN 'settled' WHEN e.exhausted THEN 'dead'
+    INSERT INTO outbox_message_history (seq, day, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT e.seq, e.day, CASE WHEN e.delivery_ref IS NOT NULL THEN 'settled' WHEN e.exhausted THEN 'dead'
                        ELSE 'lease_expired' END,
            e.attempts, 'lease_expired',
            CASE WHEN e.delivery_ref IS NOT NULL
@@ -232,7 +233,7 @@ SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id,
                EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due,
                EXISTS (SELECT 1 FROM budget WHERE running - size >= :max_bytes) AS cut) s
   LEFT JOIN claimed c ON true
-  LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b ON true
+  LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq AND day = c.day) b ON true
 
 -- name: oldest_pending_age_of
 -- Age in seconds of the oldest due pending message of channel `c.channel` (0 when
@@ -294,8 +295,8 @@ WITH v AS MATERIALIZED (
         last_error_class = coalesce(v.error_class, o.last_error_class)
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
-       AND o.status = v.status AND o.lease_owner = v.owner
-    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
+       AND o.status = v.status AND o.lease_owner = v.owner AND o.status = 'leased'
+    RETURNING o.seq, o.day, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
               CASE WHEN o.status = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
 ), history AS (
@@ -304,8 +305,8 @@ WITH v AS MATERIALIZED (
     -- (delivered_at, delivery_ref), so the common case writes nothing more. A released
     -- attempt was refunded just now: its number is one more. An attempt an SES event
     -- settled is a `settled` line with the event's SES id and this attempt's error.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
-    SELECT d.seq,
+    INSERT INTO outbox_message_history (seq, day, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT d.seq, d.day,
            CASE WHEN d.status = 'delivered' THEN 'settled'
                 ELSE CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
                                  WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END
