@@ -1,7 +1,7 @@
-"""Day partitions (docs/decisions/0066): a delivered row moves into its id's day, ids stay unique
-across days and day 0, lookups find rows in every partition, the maintenance run opens days
-ahead and drops expired ones keeping what must stay, and a row moved by a concurrent
-transaction costs a retry, not an error."""
+"""The store on day partitions (docs/decisions/0066), PostgreSQL's alone: a delivered row moves
+into its id's day, ids stay unique across days and day 0, lookups find rows in every partition,
+the maintenance run opens days ahead and drops expired ones keeping what must stay, and a row
+moved by a concurrent transaction costs a retry, not an error."""
 
 from __future__ import annotations
 
@@ -23,11 +23,25 @@ from outbox_relay.operations.dead import get_message, history_of, list_dead
 from outbox_relay.operations.partitions import manage_days, partitions
 from outbox_relay.operations.purge import purge
 from outbox_relay.operations.redrive import RedriveSelection, redrive
-from outbox_relay.producer import enqueue_event
+from outbox_relay.producer import enqueue_event, enqueue_events_bulk
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 
 DAY = 86400
+
+
+@pytest.fixture
+def store(relay_engine) -> LeaseStore:
+    return LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=3)
+
+
+@pytest.fixture
+def enqueue(app_engine, redis_prefix):
+    def _enqueue(n: int = 1) -> list:
+        with app_engine.begin() as conn:
+            return enqueue_events_bulk(conn, [dict(stream=redis_prefix + "events", type="t", payload={"n": i})
+                                              for i in range(n)])
+    return _enqueue
 
 
 def uuid7_at(when: datetime) -> uuid.UUID:
