@@ -9,9 +9,11 @@ partitions, retention by dropping days (docs/decisions/0066, amending 0065).
   delivered) holds the claim's partial indexes; `outbox_message_done` (delivered) is
   `PARTITION BY RANGE (day)`. Delivering a row moves it (row movement) into its day.
 - `outbox_message_body` and `outbox_message_history` are `PARTITION BY RANGE (day)` with the
-  same days. Their ids come from sequences (a partitioned table has no identity column).
+  same days. Their ids come from sequences (a partitioned table has no identity column),
+  drawn by functions of the owner's, so that no role needs a new right.
 - The body foreign key goes: a message and its body are written in one statement and leave
-  together, by DELETE (the triggers, kept) or by dropping their day's partitions.
+  together, by DELETE (the triggers, kept) or by dropping their day's partitions; a trigger
+  still refuses to delete a body whose message exists.
 - `outbox_open_day(day)` creates a day's three partitions and opens it; `outbox_drop_day(day,
   keep_since)` closes it, moves to day 0 what must stay (rows not delivered, rows delivered
   since `keep_since`) and drops its partitions. Day 0 holds every other id.
@@ -37,7 +39,7 @@ DAYS_BEHIND, DAYS_AHEAD = 7, 7
 
 FUNCTIONS = """
 CREATE FUNCTION outbox_id_day(id uuid) RETURNS int
-LANGUAGE sql STABLE PARALLEL SAFE AS $f$
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
     -- A UUIDv7's first 48 bits are its Unix milliseconds; any other id, or a day not open: 0.
     SELECT coalesce((SELECT d.day FROM outbox_day d
                       WHERE substr(id::text, 15, 1) = '7'
@@ -118,12 +120,37 @@ CREATE TABLE outbox_message_history_d0 PARTITION OF outbox_message_history FOR V
 FINISH = """
 DROP TABLE outbox_message_v15, outbox_message_body_v15, outbox_message_history_v15;
 
+-- Drawn through functions of the owner's: whoever may insert a row needs no right on a sequence,
+-- as with the identity columns before.
 CREATE SEQUENCE outbox_message_body_seq_seq OWNED BY outbox_message_body.seq;
 SELECT setval('outbox_message_body_seq_seq', coalesce((SELECT max(seq) FROM outbox_message_body), 0) + 1, false);
-ALTER TABLE outbox_message_body ALTER COLUMN seq SET DEFAULT nextval('outbox_message_body_seq_seq');
+CREATE FUNCTION outbox__next_body_seq() RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
+    SELECT nextval('outbox_message_body_seq_seq')
+$f$;
+ALTER TABLE outbox_message_body ALTER COLUMN seq SET DEFAULT outbox__next_body_seq();
 CREATE SEQUENCE outbox_message_history_id_seq OWNED BY outbox_message_history.id;
 SELECT setval('outbox_message_history_id_seq', coalesce((SELECT max(id) FROM outbox_message_history), 0) + 1, false);
-ALTER TABLE outbox_message_history ALTER COLUMN id SET DEFAULT nextval('outbox_message_history_id_seq');
+CREATE FUNCTION outbox__next_history_id() RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
+    SELECT nextval('outbox_message_history_id_seq')
+$f$;
+ALTER TABLE outbox_message_history ALTER COLUMN id SET DEFAULT outbox__next_history_id();
+
+-- What the foreign key to the body did: a body is not deleted from under its message.
+CREATE FUNCTION outbox_message_body_keep() RETURNS trigger
+LANGUAGE plpgsql AS $f$
+BEGIN
+    IF EXISTS (SELECT 1 FROM outbox_message o
+                WHERE o.seq = ANY (ARRAY(SELECT seq FROM gone))
+                  AND (o.seq, o.day) IN (SELECT seq, day FROM gone)) THEN
+        RAISE EXCEPTION 'a body cannot be deleted while its message exists (the foreign key of decision 0066)'
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER outbox_message_body_keep AFTER DELETE ON outbox_message_body REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_body_keep();
 
 ALTER TABLE outbox_message_live ADD CONSTRAINT outbox_message_pkey PRIMARY KEY (seq);
 ALTER TABLE outbox_message_done ADD CONSTRAINT outbox_message_done_pkey PRIMARY KEY (seq, day);
@@ -272,25 +299,6 @@ AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb
 END$f$
 """
 
-# Whoever enqueues reads the open days and draws from the sequences.
-PRODUCER_RIGHTS = """
-DO $$
-DECLARE g record;
-BEGIN
-    FOR g IN
-        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                            AS grantee
-          FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-         WHERE c.oid = 'outbox_message_body'::regclass AND a.grantee <> c.relowner AND a.privilege_type = 'INSERT'
-    LOOP
-        EXECUTE format('GRANT SELECT ON outbox_day TO %s', g.grantee);
-        EXECUTE format('GRANT USAGE ON SEQUENCE outbox_message_body_seq_seq, outbox_message_history_id_seq TO %s',
-                       g.grantee);
-    END LOOP;
-END $$
-"""
-
-
 def upgrade() -> None:
     bind = op.get_bind()
     tables = ("outbox_message", "outbox_message_body", "outbox_message_history")
@@ -316,7 +324,6 @@ def upgrade() -> None:
     bind.exec_driver_sql(FINISH)
     for what in ("bodies", "history"):
         bind.exec_driver_sql(DELETE_BY_DAY.format(what=what).replace("outbox_message_bodies", "outbox_message_body"))
-    bind.exec_driver_sql(PRODUCER_RIGHTS)
     bind.exec_driver_sql(INSERT_V1)
 
 
@@ -342,7 +349,8 @@ SELECT seq, id, at, event, attempt, error_class, error, ref, actor, next_at FROM
 
 DOWN_RENAME = """
 DROP TABLE outbox_message, outbox_message_body, outbox_message_history, outbox_day;
-DROP FUNCTION outbox_id_day(uuid), outbox_open_day(int), outbox_drop_day(int, timestamptz);
+DROP FUNCTION outbox_id_day(uuid), outbox_open_day(int), outbox_drop_day(int, timestamptz),
+    outbox__next_body_seq(), outbox__next_history_id(), outbox_message_body_keep();
 ALTER TABLE outbox_message_old RENAME TO outbox_message;
 ALTER TABLE outbox_message_body_old RENAME TO outbox_message_body;
 ALTER TABLE outbox_message_history_old RENAME TO outbox_message_history;
