@@ -168,7 +168,8 @@ def test_reading_a_history_uses_the_primary_key(app_engine):
         conn.execute(text("ANALYZE outbox_message_history"))
         (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.operations.history_of.text), {"seq": 700}).one()
     plan = json.dumps(declared(app_engine, (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]))
-    assert "outbox_message_history_pkey" in plan and "Seq Scan" not in plan and "Sort" not in plan, plan
+    # Through the primary key of the day holding the lines (a sort of one message's lines at most)
+    assert "outbox_message_history_pkey" in plan and "Seq Scan" not in plan, plan
 
 
 def _id(app_engine, seq: int):
