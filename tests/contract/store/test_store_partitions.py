@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from outbox_relay import sql
 from outbox_relay.errors import InvalidMessageError
 from outbox_relay.feedback.events import FeedbackEvent
 from outbox_relay.feedback.hashing import AddressHasher
@@ -248,3 +249,36 @@ def test_a_feedback_event_waiting_on_a_delivery_that_moves_the_row_retries_and_s
     assert where(app_engine, mid)[0].startswith("outbox_message_done_d")
     with app_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM outbox_email_event")).scalar_one() == 1
+
+
+def test_a_takeover_waiting_on_the_owners_delivery_that_moves_the_row_retries(app_engine, store, enqueue):
+    """A dead poller's leases are taken over while its outcome write (delivered: the row moves)
+    holds the row: the takeover's UPDATE meets SQLSTATE 40001, is run again, finds nothing to free."""
+    from outbox_relay.db import run_with_retry
+
+    enqueue(1)
+    (m,) = store.claim("gone-owner", 10, 30).messages
+    with app_engine.begin() as conn:
+        conn.execute(text("INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at) "
+                          "VALUES ('gone-owner', 'redis', now(), now(), now() - interval '1 second', now())"))
+    outcome = app_engine.connect()
+    tx = outcome.begin()
+    outcome.execute(text("UPDATE outbox_message SET status = 'delivered', delivered_at = now(), lease_owner = NULL, "
+                         "lease_expires_at = NULL WHERE seq = :s AND status = 'leased'"), {"s": m.seq})
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(run_with_retry(store.engine, lambda c: tuple(c.execute(
+        sql.relay.take_over_pollers, {"channel": "redis"}).one()))))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with app_engine.connect() as conn:
+            if conn.execute(text("SELECT count(*) FROM pg_stat_activity "
+                                 "WHERE datname = current_database() AND wait_event_type = 'Lock'")).scalar_one():
+                break
+        time.sleep(0.02)
+    tx.commit()
+    outcome.close()
+    worker.join(60)
+    # Taken over once, no lease left to free: the row was delivered meanwhile
+    assert done == [(1, 0)]
+    assert where(app_engine, m.message_id)[0] == f"outbox_message_done_d{day_of(now_utc())}"
