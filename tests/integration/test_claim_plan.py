@@ -132,6 +132,32 @@ def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, re
     assert not walks and not [n for n in scans if "Seq Scan" in n["Node Type"]], scans
 
 
+def test_a_claim_behind_other_pollers_keys_probes_each_key_once(app_engine, relay_engine):
+    # Given a backlog of 20 keys, 250 messages each, analyzed, whose every key another
+    # poller holds (its batch took each key's first messages)
+    from outbox_relay.producer import enqueue_events_bulk
+
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}, key=f"k{i % 20}")
+                                   for i in range(5000)])
+    with app_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # VACUUM: no transaction
+        conn.execute(text("VACUUM ANALYZE outbox_message"))
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
+    assert len({m.key for m in store.claim("other", 1000, 60).messages}) == 20
+    # When another poller claims
+    params = store.claim_parameters("me", 1000, 60.0)
+    with app_engine.begin() as conn:
+        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text), params).one()
+        conn.rollback()
+    nodes = plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+    # Then it passes every waiting row and claims none, probing the key index once per key,
+    # not once per row it passes
+    due = next(n for n in nodes if n.get("Index Name") == "outbox_message_pending_due_idx")
+    assert due["Actual Rows"] == 4000
+    probes = [n for n in nodes if n.get("Index Name") == "outbox_message_key_active_idx"]
+    assert probes and sum(n["Actual Loops"] for n in probes) <= 40, probes
+
+
 def test_the_poller_registry_statements_use_their_indexes(app_engine):
     # Given a realistic outbox and a week of registrations (one a minute, some dead ones now)
     with app_engine.begin() as conn:

@@ -9,36 +9,43 @@ k.status IN ('pending', 'leased')
 AND NOT (k.status = 'pending' AND k.attempts = 0 AND k.scheduled_at IS NOT NULL AND k.available_at = k.scheduled_at
          AND k.available_at > now())
 
--- name: turn_of
--- What the claim may do with due row `m` of a key, from the first earlier row
--- that holds the key back: NULL claim it (no such row: `m` is its key's first);
--- '-infinity' claim it if every earlier row is claimed with it or ours in flight
--- (the first is pending and comes first in the due order, or is ours); 'infinity' leave
--- it (leased by another relay); a time: move it there (the first row is pending
--- with a later available_at: waiting for a retry, or released after `m` was due;
--- or a dead letter holds the key under the block policy), so that `m` is scanned
--- after the first row, never in a window without it. Every probe of a key's rows
--- (here and in the claim) takes the key as a range ordered by (key, seq): only
+-- name: key_head
+-- The first row that holds back the key of row `m` ("holds_back_its_key"), and
+-- under the block policy its first dead letter: the same for every row of a
+-- key, so the due scan probes each key once (a Memoize on (destination, key))
+-- however many of its rows it passes. Every probe of a key's rows (here and in
+-- the claim) takes the key as a range ordered by (key, seq): only
 -- outbox_message_key_active_idx / _key_dead_idx give that order, whatever the
 -- statistics say (docs/design.md, "Per-key ordering").
-CASE WHEN CAST(:block_on_dead AS boolean) AND (
-          SELECT k.seq FROM outbox_message k
-           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
-             AND k.status = 'dead' AND k.seq < m.seq
-           ORDER BY k.key, k.seq
-           LIMIT 1) IS NOT NULL
-     THEN now() + make_interval(secs => :dead_hold_seconds)
-     ELSE (
-          SELECT CASE WHEN k.status = 'pending' AND k.available_at <= m.available_at THEN '-infinity'
-                      WHEN k.status = 'pending' THEN k.available_at
-                      WHEN k.lease_owner = :owner AND k.lease_expires_at > now() THEN '-infinity'
-                      ELSE 'infinity' END
-            FROM outbox_message k
-           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
-             AND k.seq < m.seq AND {{holds_back_its_key}}
-           ORDER BY k.key, k.seq
-           LIMIT 1)
-END
+SELECT h.seq, h.status, h.available_at, h.lease_owner = :owner AND h.lease_expires_at > now() AS ours,
+       CASE WHEN CAST(:block_on_dead AS boolean) THEN (
+            SELECT k.seq FROM outbox_message k
+             WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+               AND k.status = 'dead'
+             ORDER BY k.key, k.seq
+             LIMIT 1) END AS dead_seq
+  FROM (SELECT k.seq, k.status, k.available_at, k.lease_owner, k.lease_expires_at FROM outbox_message k
+         WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+           AND {{holds_back_its_key}}
+         ORDER BY k.key, k.seq
+         LIMIT 1) h
+
+-- name: turn_of
+-- What the claim may do with due row `m` of a key, from its key's head `h`
+-- ("key_head": the first row that holds the key back; `m` itself when it is its
+-- key's first, as a due pending row holds its key): NULL claim it (`m` is its
+-- key's first); '-infinity' claim it if every earlier row is claimed with it or
+-- ours in flight (the head is pending and comes first in the due order, or is
+-- ours); 'infinity' leave it (leased by another relay); a time: move it there
+-- (the head is pending with a later available_at: waiting for a retry, or
+-- released after `m` was due; or a dead letter before it holds the key under the
+-- block policy), so that `m` is scanned after the head, never in a window without it.
+CASE WHEN h.dead_seq < m.seq THEN now() + make_interval(secs => :dead_hold_seconds)
+     WHEN h.seq IS NULL OR h.seq >= m.seq THEN NULL
+     WHEN h.status = 'pending' AND h.available_at <= m.available_at THEN '-infinity'
+     WHEN h.status = 'pending' THEN h.available_at
+     WHEN h.ours THEN '-infinity'
+     ELSE 'infinity' END
 
 -- name: claim
 -- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
@@ -112,8 +119,8 @@ WITH expired AS (
     SELECT m.seq, m.destination, m.key, m.payload_bytes AS size, t.turn,
            greatest(m.created_at, m.scheduled_at) AS due_since
       FROM outbox_message m
-      -- OFFSET 0 keeps the subquery apart, so that a row without a key skips it.
-      LEFT JOIN LATERAL (SELECT {{turn_of}} AS turn WHERE m.key IS NOT NULL OFFSET 0) t ON true
+      LEFT JOIN LATERAL ({{key_head}}) h ON m.key IS NOT NULL
+      CROSS JOIN LATERAL (SELECT {{turn_of}} AS turn) t
      WHERE m.status = 'pending' AND m.channel = :channel AND m.available_at <= now()
        AND (t.turn IS NULL OR t.turn < 'infinity')
      ORDER BY m.available_at, m.seq
