@@ -120,6 +120,7 @@ class Config:
                             enqueues=20, drain=200) if quick else
                        dict(delivered=delivered or [10_000, 10_000_000], pending=1_000, claims=500, claim_batch=100,
                             enqueues=1_000, drain=20_000))
+        self.growth |= dict(soak_minutes=extra.get("soak_minutes"), rate=extra.get("rate") or 1000)
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
         self.aws = dict(n=n or (100 if quick else 3_000),
@@ -610,6 +611,11 @@ def _common(f: Callable) -> Callable:
         click.option("--delivered", default=None, metavar="N[,N...]",
                      help="Growth: delivered rows present, one case each (default 10,000 and 10,000,000; "
                      "quick 1,000 and 5,000; at most 100,000,000)."),
+        click.option("--soak-minutes", type=_Number("a number of minutes", positive=True), default=None,
+                     metavar="MINUTES", help="Growth: also run producers and a relay this long with the delivered "
+                     "window compressed into the run, days dropped during it (default: no soak)."),
+        click.option("--rate", type=COUNT, default=None, metavar="MSG/S",
+                     help="Growth: the soak's offered rate (default 1,000)."),
         click.option("--streams", type=int, default=1, show_default=True,
                      help="Number of destination streams the messages are spread over."),
         click.option("--database-name", default="outbox_bench", show_default=True,
