@@ -479,11 +479,18 @@ def _growth(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
 
     result = run_growth(env, **cfg.growth)
     for c in result["cases"]:
-        r = c["retention"]
-        console.print(f"  {c['case']}: claim p99 {c['p99_ms']:.2f} ms, enqueue p99 {c['enqueue']['p99_ms']:.2f} ms, "
-                      f"drain {c['drain']['messages_per_second']:,.0f} msg/s, {c['size']['total_bytes'] / 2**20:,.0f} "
-                      f"MiB; a day's purge: {r['purged']:,} rows in {r['seconds']:,.1f} s, "
-                      f"{r['wal_bytes'] / 2**20:,.1f} MiB WAL, {sum(r['dead_rows'].values()):,} dead rows")
+        drop, delete = c["retention"]["drop"], c["retention"]["delete"]
+        console.print(f"  {c['case']}: claim p99 {c['p99_ms']:.2f} ms (planning p99 {c['planning']['p99_ms']:.2f} ms), "
+                      f"enqueue p99 {c['enqueue']['p99_ms']:.2f} ms, drain {c['drain']['messages_per_second']:,.0f} "
+                      f"msg/s, {c['size']['total_bytes'] / 2**20:,.0f} MiB; a day of {delete['purged']:,} rows: drop "
+                      f"{drop['seconds']:,.2f} s, {drop['wal_bytes'] / 2**20:,.2f} MiB WAL, producer waited at most "
+                      f"{drop['producer'].get('max_ms', 0):,.0f} ms; DELETE {delete['seconds']:,.2f} s, "
+                      f"{delete['wal_bytes'] / 2**20:,.2f} MiB WAL, {sum(delete['dead_rows'].values()):,} dead rows")
+    soak = result.get("soak")
+    if soak:
+        console.print(f"  soak {soak['minutes']:g} min at {soak['offered_per_second']:,.0f} msg/s: claim p99 "
+                      f"{soak['claim_p99_ratio']}x last/first, lag p99 {soak['lag_p99_ratio']}x, size after drops "
+                      f"max/min {soak['bytes_after_drops_max_over_min']}, rows lost {soak['rows_lost']}")
     return result
 
 

@@ -74,6 +74,8 @@ def figures(results: dict[str, Any]) -> list[Figure]:
         out.append(concurrency_figure(results))
     if (results.get("growth") or {}).get("cases"):
         out.append(growth_figure(results))
+    if (results.get("growth") or {}).get("soak"):
+        out.append(soak_figure(results))
     return out
 
 
@@ -268,4 +270,34 @@ def _draw_growth(plt: Any, section: dict[str, Any]) -> Any:
     ax.set_ylim(0, max(max(c.get("max_ms") or c["p99_ms"], c["p99_ms"]) for c in cases) * 1.2)
     ax.legend(loc="upper right")
     ax.grid(axis="x", visible=False)
+    return fig
+
+
+# ----------------------------------------------------------------- growth: the soak
+
+def soak_figure(results: dict[str, Any]) -> Figure:
+    return Figure("claim-time-and-size-over-the-soak.png",
+                  "Claim p99 and the outbox's size over the soak, days dropped during it",
+                  lambda plt: _draw_soak(plt, results["growth"]["soak"]))
+
+
+def _draw_soak(plt: Any, soak: dict[str, Any]) -> Any:
+    windows = soak["windows"]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    claims = [(w["t"] / 60, w["claim_p99_ms"]) for w in windows if w["claim_p99_ms"] is not None]
+    ax.plot([t for t, _ in claims], [v for _, v in claims], color="tab:orange", label="claim p99 (per 10 s)")
+    ax.set_xlabel("minutes into the soak")
+    ax.set_ylabel("claim, ms")
+    size_ax = ax.twinx()
+    sizes = [(w["t"] / 60, w["bytes"] / 2**20) for w in windows if w["bytes"] is not None]
+    size_ax.plot([t for t, _ in sizes], [v for _, v in sizes], color="tab:blue", label="three tables, MiB")
+    size_ax.set_ylabel("on disk, MiB")
+    size_ax.set_ylim(0, max([v for _, v in sizes] or [1]) * 1.2)
+    for m in soak["maintenance"]:
+        ax.axvline(m["t"] / 60, color="grey", alpha=0.3, linewidth=0.8)
+    ax.set_title(f"The soak: {soak['offered_per_second']:,.0f} msg/s offered, a day dropped at each grey line",
+                 loc="left")
+    lines = ax.get_legend_handles_labels()
+    more = size_ax.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
     return fig

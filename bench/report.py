@@ -702,15 +702,15 @@ def _size(n: int) -> str:
 def growth_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: size on disk, claim and enqueue latency, drain rate."""
     out = ["| delivered rows | on disk (message / body / history, tables + indexes) | claim median / p99 ms "
-           "| enqueue median / p99 ms | drain msg/s |", "|---:|---|---:|---:|---:|"]
+           "| claim planning median / p99 ms | enqueue median / p99 ms | drain msg/s |", "|---:|---|---:|---:|---:|---:|"]
     for c in growth["cases"]:
         parts = " / ".join(_size(t["table_bytes"] + t["index_bytes"]) for _, t in sorted(c["size"]["tables"].items()))
         e = c["enqueue"]
         out.append(f"| {c['delivered']:,} | {_size(c['size']['total_bytes'])} ({parts}) | {c['median_ms']:.1f} / "
-                   f"{c['p99_ms']:.1f} | {e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
+                   f"{c['p99_ms']:.1f} | {_planning(c)} | {e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
                    f"{c['drain']['messages_per_second']:,.0f} |")
-    out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth['enqueue_p99_ratio'])} p99 | "
-               f"{_times(growth['drain_ratio'])} |")
+    out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth.get('planning_p99_ratio'))} p99 "
+               f"| {_times(growth['enqueue_p99_ratio'])} p99 | {_times(growth['drain_ratio'])} |")
     small, large = growth["cases"][0], growth["cases"][-1]
     rows = large["delivered"] - small["delivered"]
     if rows > 0:
@@ -728,19 +728,50 @@ def growth_table(growth: dict[str, Any]) -> list[str]:
     return out
 
 
+def _planning(case: dict[str, Any]) -> str:
+    p = case.get("planning")
+    return f"{p['median_ms']:.2f} / {p['p99_ms']:.2f}" if p else "n/a"
+
+
 def retention_table(growth: dict[str, Any]) -> list[str]:
-    """Per count of delivered rows: the oldest day purged, its time, WAL, dead rows and the producer's wait."""
-    out = ["| delivered rows | purged | seconds | WAL (bytes per row) | dead rows after (before) | autovacuum ran by then "
-           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL |", "|---:|---:|---:|---:|---|---|---:|---:|"]
+    """Per count of delivered rows: one day's rows dropped (the maintenance path) vs as many deleted
+    by today's purge, each while a producer enqueues: time, WAL, dead rows, the producer's longest wait."""
+    out = ["| delivered rows | a day's rows | way | seconds | WAL | dead rows after (message / body / history) "
+           "| producer enqueue p99 / longest ms | enqueues failed | then VACUUM: seconds, WAL |",
+           "|---:|---:|---|---:|---:|---|---:|---|---:|"]
     for c in growth["cases"]:
         r = c["retention"]
-        dead = " / ".join(f"{n:,} ({r['dead_rows_before'][t]:,})" for t, n in sorted(r["dead_rows"].items()))
-        ran = " / ".join(_fmt(v) for _, v in sorted(r["autovacuum_ran"].items()))
-        p = r["producer"]
-        out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_size(r['wal_bytes'])} "
-                   f"({_fmt(r['wal_bytes_per_row'])}) | {dead} | {ran} | {_fmt(p.get('p99_ms'))} / "
-                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_size(r.get('vacuum_wal_bytes') or 0)} |")
+        for way, w in (("drop", r["drop"]), ("DELETE", r["delete"])):
+            dead = " / ".join(f"{n:,}" for _, n in sorted(w["dead_rows"].items()))
+            p = w["producer"]
+            failed = ", ".join(f"{n} ({state})" for state, n in sorted(w["producer_failed"].items())) or "0"
+            vacuum = (f"{_fmt(w.get('vacuum_seconds'))}, {_size(w.get('vacuum_wal_bytes') or 0)}"
+                      if "vacuum_seconds" in w else "none needed")
+            out.append(f"| {c['delivered']:,} | {w['rows']['outbox_message']:,} | {way} | {w['seconds']:,.2f} | "
+                       f"{_size(w['wal_bytes'])} | {dead} | {_fmt(p.get('p99_ms'))} / {_fmt(p.get('max_ms'))} | "
+                       f"{failed} | {vacuum} |")
+        out.append(f"| | | drop / DELETE | {_times(r['seconds_ratio'])} | {_times(r['wal_ratio'])} | | | | |")
     return out
+
+
+def soak_table(soak: dict[str, Any]) -> list[str]:
+    """The soak: first vs last minutes, size once days are dropped, what failed."""
+    edge = f"{soak['edge_seconds'] / 60:g} min"
+    failed = ", ".join(f"{n} ({state})" for state, n in sorted(soak["producer_failed"].items())) or "0"
+    return ["| | first " + edge + " | last " + edge + " | last / first |", "|---|---:|---:|---:|",
+            f"| claim p99 ms | {_fmt(soak['claim_p99_first_ms'])} | {_fmt(soak['claim_p99_last_ms'])} | "
+            f"{_times(soak['claim_p99_ratio'])} |",
+            f"| lag p99 ms | {_fmt(soak['lag_p99_first_ms'])} | {_fmt(soak['lag_p99_last_ms'])} | "
+            f"{_times(soak['lag_p99_ratio'])} |",
+            "",
+            f"{soak['sent']:,} messages offered ({soak['offered_per_second']:,.0f} msg/s), {soak['rows_lost']} lost, "
+            f"{soak['delivered']:,} delivered; {len(soak['maintenance'])} maintenance runs dropped "
+            f"{sum(m['dropped'] for m in soak['maintenance'])} days and opened "
+            f"{sum(m['opened'] for m in soak['maintenance'])}; partitions {soak['partitions_min_max'][0]} to "
+            f"{soak['partitions_min_max'][1]}; the three tables {_size(soak['bytes_at_first_drop'] or 0)} at the "
+            f"first drop, {_size(soak['bytes_at_end'] or 0)} at the end (largest / smallest since: "
+            f"{_fmt(soak['bytes_after_drops_max_over_min'])}); enqueue transactions failed: {failed}; "
+            f"relay invocations failed: {soak['invocations_failed']} of {soak['invocations']:,}."]
 
 
 def _when(section: dict[str, Any]) -> str:
@@ -958,14 +989,27 @@ def markdown(results: dict[str, Any]) -> str:
                    f"bench's own (autovacuum {server['autovacuum']}, shared_buffers {server['shared_buffers']}; "
                    f"history over {growth['days']} days; {growth['claims']} claims of {growth['claim_batch']}, "
                    f"{growth['enqueues']:,} enqueues of one message, a drain of {growth['drain_messages']:,}; "
-                   f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}{_when(growth)}):")
+                   f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}, delivered days pruned "
+                   f"from them: {_fmt(growth.get('plans_prune_history'))}{_when(growth)}):")
         out += [""] + growth_table(growth) + [""]
-        out.append("A day's retention with today's purge (`operations.purge`, batches of DELETE, the maintenance "
-                   "function's path) while a producer enqueues one message per transaction; dead rows read "
-                   "from `pg_stat_user_tables` two seconds after, per table (message / body / history), then "
-                   "the VACUUM they call for:")
+        out.append("A day's retention both ways on the same server in the same run, each right after a "
+                   "CHECKPOINT while a producer enqueues one message per transaction: the oldest day dropped by "
+                   "the maintenance function's path (`manage_days`), and as many rows seeded into day 0 deleted "
+                   "by today's purge (`operations.purge`, batches of DELETE, day 0's path); dead rows read from "
+                   "`pg_stat_user_tables` two seconds after, then the VACUUM the DELETE's call for:")
         out += [""] + retention_table(growth) + [""]
         out += [plots.growth_figure(results).link(), ""]
+        soak = growth.get("soak")
+        if soak:
+            out.append(f"The soak: {soak['minutes']:g} minutes, producers offering {soak['rate']:,} msg/s and a relay "
+                       f"({soak['relay_cpu']}; drain-mode invocations every second or at once after a full batch), "
+                       f"the delivered window compressed: a day keeps its real length, so {soak['seeded_days']} past "
+                       f"days were seeded with {soak['rows_per_seeded_day']:,} rows each (what the producers offer "
+                       f"in {soak['seconds_per_day']:g} s) and a maintenance run every {soak['seconds_per_day']:g} s "
+                       "(`manage_days`, then the day-0 purge) dropped the oldest and opened one more day ahead; "
+                       "claim p99 from the relay's claims, lag from created to delivered:")
+            out += [""] + soak_table(soak) + [""]
+            out += [plots.soak_figure(results).link(), ""]
     mem = results.get("memory")
     if mem:
         out.append("Peak resident memory of one cold invocation (fresh process): " + ", ".join(
