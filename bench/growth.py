@@ -802,6 +802,7 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
                                {"t0": t0 - 1.0}).scalar_one()
         left = conn.execute(text("SELECT count(*) FROM outbox_message WHERE day = ANY(:d)"),
                             {"d": days[:SOAK_DROPS]}).scalar_one()
+        ahead = conn.execute(text("SELECT max(day) FROM outbox_day")).scalar_one() - conn.execute(TODAY).scalar_one()
     end = max([s["t"] for s in samples] + [seconds])
     windows = []
     for k in range(int(end // SOAK_WINDOW) + 1):
@@ -831,6 +832,7 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
         "bytes_at_first_drop": after[0] if after else None, "bytes_at_end": after[-1] if after else None,
         "bytes_after_drops_max_over_min": round(max(after) / min(after), 3) if after else None,
         "partitions_min_max": [min(x["partitions"] for x in samples), max(x["partitions"] for x in samples)],
+        "days_open_ahead": ahead,
         "errors": errors, "producer_failed": producer_failed, "invocations_failed": len(failed_invocations),
         "invocation_errors": sorted({e.split(":")[0] + ": " + (e.split("'C': '")[1][:5] if "'C': '" in e else "")
                                      for e in failed_invocations}),
