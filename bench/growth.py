@@ -78,15 +78,18 @@ _ROWS = """
 """
 # Ids are UUIDv7 (RFC 9562) of each row's millisecond, and each row sits in its id's day
 # (`outbox_id_day`: that day's partitions when open, else day 0), as the producers place them.
+# Small payloads, or padded to `pad` characters more (the soak's days: as large as the producers').
+_PAYLOAD = ("(CASE WHEN CAST(:pad AS int) > 0 THEN json_build_object('order', g, 'total', mod(g, 997), 'pad', "
+            "repeat('x', CAST(:pad AS int))) ELSE json_build_object('order', g, 'total', mod(g, 997)) END)")
 SEED_BODIES = text(f"""
     INSERT INTO outbox_message_body (seq, message_id, payload, day)
-    SELECT seq, id, json_build_object('order', g, 'total', mod(g, 997)), day FROM ({_ROWS}) s
+    SELECT seq, id, {_PAYLOAD}, day FROM ({_ROWS}) s
 """)
 SEED_MESSAGES = text(f"""
     INSERT INTO outbox_message (seq, message_id, channel, destination, type, key, payload_bytes, status, attempts,
                                 available_at, created_at, delivered_at, delivery_ref, day)
     SELECT seq, id, 'redis', CAST(:stream AS text), 'order.placed', 'customer-' || mod(g, 10000),
-           octet_length(json_build_object('order', g, 'total', mod(g, 997))::text),
+           octet_length({_PAYLOAD}::text),
            CAST(:status AS text), CASE WHEN CAST(:status AS text) = 'delivered' THEN 1 ELSE 0 END, at, at,
            CASE WHEN CAST(:status AS text) = 'delivered' THEN at + interval '1 second' END,
            CASE WHEN CAST(:status AS text) = 'delivered' THEN '1700000000000-' || seq END, day
@@ -222,14 +225,14 @@ def growth_env(env: BenchEnv) -> Iterator[BenchEnv]:
 # ------------------------------------------------------------------ seeding
 
 def _insert(conn: Any, *, status: str, n: int, stream: str, chunk: int = 1_000_000, span: float = DAYS * 86400.0,
-            newest: float | None = None) -> None:
+            newest: float | None = None, pad: int = 0) -> None:
     """`n` rows of `status` with their bodies (and some history), in statements of `chunk`;
     delivered ones spread over the `span` seconds before `newest` (epoch seconds; none: now)."""
     base = conn.execute(NEXT_SEQ).scalar_one()
     salt = str(time.time_ns())
     for lo in range(1, n + 1, chunk):
         params = {"base": base, "lo": lo, "hi": min(n, lo + chunk - 1), "total": n, "span": span,
-                  "newest": newest, "status": status, "salt": salt, "stream": stream}
+                  "newest": newest, "status": status, "salt": salt, "stream": stream, "pad": pad}
         conn.execute(SEED_BODIES, params)
         conn.execute(SEED_MESSAGES, params)
         if status == "delivered":
@@ -690,7 +693,7 @@ def _edge_ratio(values: list[tuple[float, float]], edge: float, end: float) -> A
 def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000) -> dict[str, Any]:
     """Producers at `rate` and a relay for `minutes` with the delivered window compressed: the
     day's length is the product's (a real day), so past days are seeded, each with what the
-    producers offer between two maintenance runs, and `SOAK_DROPS` maintenance runs through its
+    producers offer between two maintenance runs (payloads as large), and `SOAK_DROPS` maintenance runs through its
     own path (`manage_days`, then the day-0 purge) each drop the oldest (a window ending just
     after it) and open one more day ahead. Sampled every `SOAK_WINDOW` seconds: claim p99
     (the relay's claims), lag p99 (created to delivered), the three tables' bytes and partitions."""
@@ -702,6 +705,8 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
     seconds = minutes * 60.0
     interval = seconds / SOAK_DROPS
     per_day = max(1, round(rate * interval))
+    offered = list(payloads.events(50, seed=70, streams=(payloads.STREAMS[0],), prefix=env.prefix))
+    pad = max(0, round(sum(len(json.dumps(e["payload"])) for e in offered) / len(offered)) - 30)
     stream = payloads.STREAMS[0]
     env.reset_table()
     env.clean_redis()
@@ -712,7 +717,7 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
         open_days(conn, days[0], today + 1)
         for d in days:
             _insert(conn, status="delivered", n=per_day, stream=env.prefix + stream, span=86000.0,
-                    newest=d * 86400.0 + 86300.0)
+                    newest=d * 86400.0 + 86300.0, pad=pad)
         conn.execute(text("VACUUM ANALYZE " + ", ".join(TABLES)))
     seeded = SOAK_DROPS + 1
     seed_seconds = time.perf_counter() - started_seed

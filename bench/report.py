@@ -701,16 +701,19 @@ def _size(n: int) -> str:
 
 def growth_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: size on disk, claim and enqueue latency, drain rate."""
+    planned = all("planning" in c for c in growth["cases"])
     out = ["| delivered rows | on disk (message / body / history, tables + indexes) | claim median / p99 ms "
-           "| claim planning median / p99 ms | enqueue median / p99 ms | drain msg/s |", "|---:|---|---:|---:|---:|---:|"]
+           + ("| claim planning median / p99 ms " if planned else "") + "| enqueue median / p99 ms | drain msg/s |",
+           "|---:|---|---:|" + ("---:|" if planned else "") + "---:|---:|"]
     for c in growth["cases"]:
         parts = " / ".join(_size(t["table_bytes"] + t["index_bytes"]) for _, t in sorted(c["size"]["tables"].items()))
         e = c["enqueue"]
         out.append(f"| {c['delivered']:,} | {_size(c['size']['total_bytes'])} ({parts}) | {c['median_ms']:.1f} / "
-                   f"{c['p99_ms']:.1f} | {_planning(c)} | {e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
+                   f"{c['p99_ms']:.1f} | " + (f"{_planning(c)} | " if planned else "") + f"{e['median_ms']:.1f} / {e['p99_ms']:.1f} | "
                    f"{c['drain']['messages_per_second']:,.0f} |")
-    out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | {_times(growth.get('planning_p99_ratio'))} p99 "
-               f"| {_times(growth['enqueue_p99_ratio'])} p99 | {_times(growth['drain_ratio'])} |")
+    out.append(f"| ratio | | {_times(growth['claim_p99_ratio'])} p99 | "
+               + (f"{_times(growth.get('planning_p99_ratio'))} p99 | " if planned else "")
+               + f"{_times(growth['enqueue_p99_ratio'])} p99 | {_times(growth['drain_ratio'])} |")
     small, large = growth["cases"][0], growth["cases"][-1]
     rows = large["delivered"] - small["delivered"]
     if rows > 0:
@@ -728,6 +731,21 @@ def growth_table(growth: dict[str, Any]) -> list[str]:
     return out
 
 
+def _purge_table(growth: dict[str, Any]) -> list[str]:
+    """Results from before day partitions: the oldest day purged, its time, WAL, dead rows and the producer's wait."""
+    out = ["| delivered rows | purged | seconds | WAL (bytes per row) | dead rows after (before) | autovacuum ran by then "
+           "| producer enqueue p99 / longest ms | then VACUUM: seconds, WAL |", "|---:|---:|---:|---:|---|---|---:|---:|"]
+    for c in growth["cases"]:
+        r = c["retention"]
+        dead = " / ".join(f"{n:,} ({r['dead_rows_before'][t]:,})" for t, n in sorted(r["dead_rows"].items()))
+        ran = " / ".join(_fmt(v) for _, v in sorted(r["autovacuum_ran"].items()))
+        p = r["producer"]
+        out.append(f"| {c['delivered']:,} | {r['purged']:,} | {r['seconds']:,.1f} | {_size(r['wal_bytes'])} "
+                   f"({_fmt(r['wal_bytes_per_row'])}) | {dead} | {ran} | {_fmt(p.get('p99_ms'))} / "
+                   f"{_fmt(p.get('max_ms'))} | {_fmt(r.get('vacuum_seconds'))}, {_size(r.get('vacuum_wal_bytes') or 0)} |")
+    return out
+
+
 def _planning(case: dict[str, Any]) -> str:
     p = case.get("planning")
     return f"{p['median_ms']:.2f} / {p['p99_ms']:.2f}" if p else "n/a"
@@ -736,6 +754,8 @@ def _planning(case: dict[str, Any]) -> str:
 def retention_table(growth: dict[str, Any]) -> list[str]:
     """Per count of delivered rows: one day's rows dropped (the maintenance path) vs as many deleted
     by today's purge, each while a producer enqueues: time, WAL, dead rows, the producer's longest wait."""
+    if "drop" not in growth["cases"][0]["retention"]:
+        return _purge_table(growth)
     out = ["| delivered rows | a day's rows | way | seconds | WAL | dead rows after (message / body / history) "
            "| producer enqueue p99 / longest ms | enqueues failed | then VACUUM: seconds, WAL |",
            "|---:|---:|---|---:|---:|---|---:|---|---:|"]
@@ -989,14 +1009,21 @@ def markdown(results: dict[str, Any]) -> str:
                    f"bench's own (autovacuum {server['autovacuum']}, shared_buffers {server['shared_buffers']}; "
                    f"history over {growth['days']} days; {growth['claims']} claims of {growth['claim_batch']}, "
                    f"{growth['enqueues']:,} enqueues of one message, a drain of {growth['drain_messages']:,}; "
-                   f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}, delivered days pruned "
-                   f"from them: {_fmt(growth.get('plans_prune_history'))}{_when(growth)}):")
+                   f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}"
+                   + (f", delivered days pruned from them: {_fmt(growth['plans_prune_history'])}"
+                      if "plans_prune_history" in growth else "") + f"{_when(growth)}):")
         out += [""] + growth_table(growth) + [""]
-        out.append("A day's retention both ways on the same server in the same run, each right after a "
-                   "CHECKPOINT while a producer enqueues one message per transaction: the oldest day dropped by "
-                   "the maintenance function's path (`manage_days`), and as many rows seeded into day 0 deleted "
-                   "by today's purge (`operations.purge`, batches of DELETE, day 0's path); dead rows read from "
-                   "`pg_stat_user_tables` two seconds after, then the VACUUM the DELETE's call for:")
+        if "drop" in growth["cases"][0]["retention"]:
+            out.append("A day's retention both ways on the same server in the same run, each right after a "
+                       "CHECKPOINT while a producer enqueues one message per transaction: the oldest day dropped by "
+                       "the maintenance function's path (`manage_days`), and as many rows seeded into day 0 deleted "
+                       "by today's purge (`operations.purge`, batches of DELETE, day 0's path); dead rows read from "
+                       "`pg_stat_user_tables` two seconds after, then the VACUUM the DELETE's call for:")
+        else:
+            out.append("A day's retention with today's purge (`operations.purge`, batches of DELETE, the maintenance "
+                       "function's path) while a producer enqueues one message per transaction; dead rows read "
+                       "from `pg_stat_user_tables` two seconds after, per table (message / body / history), then "
+                       "the VACUUM they call for:")
         out += [""] + retention_table(growth) + [""]
         out += [plots.growth_figure(results).link(), ""]
         soak = growth.get("soak")
