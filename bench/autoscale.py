@@ -10,8 +10,9 @@ live pollers are read each second from the registry (`outbox_poller`), as the
 `Pollers` metric reports them; afterwards, per second: committed, delivered, live
 pollers, poller-seconds (the registrations' spans), what the load needs and the lag.
 
-- A step is followed when the live pollers first reach what the new load needs
-  (up: at least it; down: at most it), counted from the step.
+- A step is followed from the second on which the live pollers stay at what the
+  new load needs (up: at least it; down: at most it) until the step's end, by
+  the median of 5 s around each second, counted from the step.
 - "Needs": the offered rate / R1 rounded up, at least `OUTBOX_POLLERS`, at most
   `OUTBOX_POLLERS_MAX`.
 - Lag "outside the steps": the commits from `settle` seconds after each step on.
@@ -153,10 +154,17 @@ def _per_second(samples: list[tuple[float, int]], n: int) -> list[int | None]:
 
 
 def _change(at: float, before: int, after: int, sampled: list[int | None], step_seconds: float) -> dict[str, Any]:
-    """When the live pollers first reached what the load after the step at `at` needs."""
+    """From when the live pollers stayed at what the load after the step at `at` needs (up: at
+    least it, down: at most it) to the step's end, by the median of 5 s around each second
+    (a handover's overlap, a second or two, does not count)."""
     up = after >= before
-    reached = next((s for s in range(math.ceil(at), min(len(sampled), math.ceil(at + step_seconds)))
-                    if sampled[s] is not None and (sampled[s] >= after if up else sampled[s] <= after)), None)
+    end = min(len(sampled), math.ceil(at + step_seconds))
+
+    def meets(s: int) -> bool:
+        near = sorted(v for v in sampled[max(0, s - 2):s + 3] if v is not None)
+        return bool(near) and (near[len(near) // 2] >= after if up else near[len(near) // 2] <= after)
+
+    reached = next((s for s in range(math.ceil(at), end) if all(meets(t) for t in range(s, end))), None)
     return {"at_second": at, "direction": "up" if up else "down", "needs_before": before, "needs_after": after,
             "followed_after_seconds": None if reached is None else round(reached + 1 - at, 1)}
 

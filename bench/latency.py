@@ -86,6 +86,16 @@ def offered_by(rate: float | list[tuple[float, float]], elapsed: float) -> float
     return total
 
 
+def _step_start(rate: float | list[tuple[float, float]], elapsed: float) -> float:
+    """When the step that `elapsed` falls in began (0 at a constant rate)."""
+    start = 0.0
+    for seconds, _ in rate[:-1] if isinstance(rate, list) else ():
+        if elapsed < start + seconds:
+            break
+        start += seconds
+    return start
+
+
 def _producer(database_url: str, rate: float | list[tuple[float, float]], seconds: float, prefix: str,
               streams: tuple[str, ...], seed: int, keys: int | None, ready: Any, go: Any, out: Any) -> None:
     """Commit messages at `rate` per second (or along its steps) for `seconds`, in small
@@ -106,12 +116,16 @@ def _producer(database_url: str, rate: float | list[tuple[float, float]], second
         began = time.time()
         started = time.perf_counter()
         sent = behind_max = 0
+        step_began = carried = 0.0
         with engine.connect() as conn:
             while True:
                 elapsed = time.perf_counter() - started
                 if elapsed >= seconds:
                     break
-                due = int(offered_by(rate, elapsed)) + 1 - sent
+                begun = _step_start(rate, elapsed)
+                if begun != step_began:  # a step's shortfall is not carried into the next: each offers its rate
+                    step_began, carried = begun, max(0.0, offered_by(rate, begun) - sent)
+                due = int(offered_by(rate, elapsed) - carried) + 1 - sent
                 behind_max = max(behind_max, due)
                 if due > 0:
                     batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7(),

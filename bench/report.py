@@ -1185,8 +1185,8 @@ def autoscale_lines(results: dict[str, Any]) -> list[str]:
            f"{au['pollers_max']}, OUTBOX_POLLERS_ADD_AGE_SECONDS {au['add_age_seconds']:g}; producers offer "
            f"{', then '.join(format(s['fraction'], 'g') for s in au['steps'])} × R1 for {_fmt(au['step_seconds'])} s each, "
            f"R1 {_rate(au['r1_per_second'])} msg/s from {au['r1_from']}, over {au['keys_per_producer']} ordering "
-           f"keys each; live pollers read from the registry each second; a step is followed when they first reach "
-           f"what the load needs, offered / R1 rounded up, at least OUTBOX_POLLERS; the lag outside the steps "
+           f"keys each; live pollers read from the registry each second; a step is followed from when they stay "
+           f"(median of 5 s) at what the load needs to the step's end, offered / R1 rounded up, at least OUTBOX_POLLERS; the lag outside the steps "
            f"leaves out the commits of {_fmt(au['settle_seconds'])} s after each ([decision "
            f"0068](decisions/0068-autoscaling-figures-against-what-the-load-needs.md)){_held(au)}{_when(au)}):", "",
            "| step | offered msg/s | committed msg/s | delivered msg/s | pollers needed | most live "
