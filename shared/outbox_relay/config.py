@@ -146,6 +146,8 @@ class Settings(SdkEnvironment):
     error_max_chars: int = Field(default=1000, ge=100, le=100_000)
     retain_delivered_seconds: float = Field(default=7 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
     retain_dead_seconds: float = Field(default=30 * 24 * 3600, gt=0, le=10 * 366 * 24 * 3600, allow_inf_nan=False)
+    #: Day partitions kept open ahead of today (docs/decisions/0066): missed runs before ids go to day 0.
+    partition_margin_days: int = Field(default=7, ge=4, le=60)
 
     @field_validator("*", mode="before")
     @classmethod

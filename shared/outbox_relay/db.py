@@ -259,17 +259,33 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
         wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
 
 
+#: Attempts of a transaction whose statement met a row another one moved across partitions.
+MOVED_ROW_ATTEMPTS = 5
+
+
+def moved_row(exc: DBAPIError) -> bool:
+    """A row this statement was to lock or change was delivered (moved to another partition) by
+    a transaction that committed meanwhile: SQLSTATE 40001, whatever SKIP LOCKED says."""
+    detail = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return (isinstance(detail, dict) and detail.get("C") == "40001"
+            and "moved to another partition" in str(detail.get("M", "")))
+
+
 def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
-    """In one transaction, once more when the pooled connection was dead; only work safe to repeat."""
-    try:
-        with engine.begin() as conn:
-            return work(conn)
-    except DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-        log.warning("database connection was invalidated; retrying once")
-        with engine.begin() as conn:
-            return work(conn)
+    """In one transaction, once more when the pooled connection was dead, again when a row it
+    touched moved partition meanwhile (read anew, it is no longer there); only work safe to repeat."""
+    for attempt in range(1, MOVED_ROW_ATTEMPTS + 1):
+        try:
+            with engine.begin() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                log.warning("database connection was invalidated; retrying once")
+                with engine.begin() as conn:
+                    return work(conn)
+            if not moved_row(exc) or attempt == MOVED_ROW_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 #: pg8000 rescans each statement in Python on every execute; for the `format` style the result

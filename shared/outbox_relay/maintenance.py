@@ -1,6 +1,7 @@
-"""The maintenance function's work: daily the retention purge (bounded batches that stop before
-the timeout), or an operator's redrive; then every channel's backlog metrics, zeros included, so
-the dashboard and the backlog alarm have data while the relay is idle."""
+"""The maintenance function's work: daily the day partitions (days opened ahead, expired days
+dropped) and the retention purge (bounded batches that stop before the timeout), or an operator's
+redrive; then the partition margin and every channel's backlog metrics, zeros included, so the
+dashboard and the alarms have data while the relay is idle."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from .db import create_relay_engine
 from .errors import InvalidEventError
 from .feedback.store import purge_email_events
 from .models import ErrorClass
+from .operations.partitions import Partitions, manage_days, partitions
 from .operations.purge import PurgeResult, purge
 from .operations.redrive import RedriveSelection, redrive
 from .operations.stats import Backlog, backlog
@@ -96,21 +98,35 @@ def run_maintenance(event: dict[str, Any] | None, context: Any, deps: Maintenanc
         def keep_going() -> bool:
             return context.get_remaining_time_in_millis() / 1000.0 > reserve
 
+        days = manage_days(deps.engine, delivered_older_than_seconds=delivered,
+                           margin_days=deps.settings.partition_margin_days, keep_going=keep_going)
+        # What no dropped day took: day 0 (ids of no open day, rows kept past their day) and dead letters.
         purged = purge(deps.engine, delivered_older_than_seconds=delivered, dead_older_than_seconds=dead,
-                       keep_going=keep_going)
+                       keep_going=keep_going, day_zero=True)
         # SES feedback events go with the longer of the two windows: a dead letter's story is kept as long as it is.
         events_purged = purge_email_events(deps.engine, older_than_seconds=max(delivered, dead), keep_going=keep_going)
-        summary = {"action": "maintenance", "purged": purged.as_dict(), "email_events_purged": events_purged,
+        summary = {"action": "maintenance", "days": days.as_dict(), "purged": purged.as_dict(), "email_events_purged": events_purged,
                    "retain_delivered_seconds": delivered, "retain_dead_seconds": dead}
         obs.logger.info("retention purge done", extra={"delivered": purged.delivered, "dead": purged.dead,
                                                        "batches": purged.batches, "complete": purged.complete,
                                                        "schedule": run.schedule_arn or run.source})
     figures = backlog(deps.engine)
+    summary["partitions"] = (parts := partitions(deps.engine)).as_dict()
+    emit_partitions(parts)
     summary["backlog"] = [{"channel": b.channel.value, "pending_depth": b.pending_depth,
                            "oldest_pending_age_seconds": b.oldest_pending_age_seconds,
                            "dead_count": b.dead_count} for b in figures]
     emit_backlog(figures, purged)
     return summary
+
+
+def emit_partitions(parts: Partitions) -> None:
+    """Open days ahead of today (the margin alarm's) and the tables' bytes, in a document of
+    their own (no channel)."""
+    obs.ensure_namespace()
+    obs.emit(obs.PARTITION_MARGIN, float(parts.margin_days or 0))
+    obs.emit(obs.TABLE_BYTES, float(parts.message_bytes + parts.body_bytes + parts.history_bytes))
+    obs.metrics.flush_metrics()
 
 
 def emit_backlog(figures: list[Backlog], purged: PurgeResult | None = None) -> None:

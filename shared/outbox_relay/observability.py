@@ -49,6 +49,8 @@ POLLERS, SECONDS_WITHOUT_POLLER, SUCCESSOR_NOT_STARTED = "Pollers", "SecondsWith
 LEASES_TAKEN_OVER, DATABASE_UNREACHABLE = "LeasesTakenOver", "DatabaseUnreachableSeconds"
 # Maintenance (daily, dimension channel)
 PENDING_DEPTH, DEAD_COUNT, PURGED = "PendingDepth", "DeadCount", "Purged"
+# No dimension: open days ahead of today, the outbox tables' bytes.
+PARTITION_MARGIN, TABLE_BYTES = "PartitionMarginDays", "OutboxTableBytes"
 
 # SES feedback (dimension service; the reputation ones by configuration_set).
 FEEDBACK_METRICS = ("FeedbackRecorded", "FeedbackDuplicate", "FeedbackUnknownMessage", "FeedbackRefused",
@@ -59,10 +61,12 @@ METRIC_UNITS: dict[str, MetricUnit] = {
     BATCH_DURATION: MetricUnit.Milliseconds, DELIVERY_LAG: MetricUnit.Milliseconds,
     DELIVERY_LAG_MAX: MetricUnit.Milliseconds, OLDEST_PENDING_AGE: MetricUnit.Seconds,
     SECONDS_WITHOUT_POLLER: MetricUnit.Seconds, DATABASE_UNREACHABLE: MetricUnit.Seconds,
+    TABLE_BYTES: MetricUnit.Bytes,
 }
 METRIC_UNITS.update(dict.fromkeys(
     (CLAIMED, DELIVERED, RETRIED, DEAD_LETTERED, RELEASED, LEASE_LOST, THROTTLED, BATCH_STOPPED, GATE_CLOSED,
-     POLLERS, SUCCESSOR_NOT_STARTED, LEASES_TAKEN_OVER, PENDING_DEPTH, DEAD_COUNT, PURGED, *FEEDBACK_METRICS,
+     POLLERS, SUCCESSOR_NOT_STARTED, LEASES_TAKEN_OVER, PENDING_DEPTH, DEAD_COUNT, PURGED, PARTITION_MARGIN,
+     *FEEDBACK_METRICS,
      *(name for spec in CHANNELS for name in spec.metrics)), MetricUnit.Count))
 
 #: The relay summary's message counts (`relay.COUNTERS`) and the metric each one is.

@@ -230,6 +230,7 @@ ENV: dict[str, list[Bad]] = {
     "AWS_ENDPOINT_URL_KINESIS": [Bad("garbage", "http:// or https:// URL", env=KINESIS)],
     "OUTBOX_RETAIN_DELIVERED_SECONDS": [Bad("0", "greater than 0")],
     "OUTBOX_RETAIN_DEAD_SECONDS": [Bad("1e16", "less than or equal")],
+    "OUTBOX_PARTITION_MARGIN_DAYS": [Bad("3", "greater than or equal to 4")],
     "POWERTOOLS_LOG_LEVEL": [Bad("garbage", "DEBUG, INFO")],
     "POWERTOOLS_TRACE_DISABLED": [Bad("garbage", "true or false")],
     "POWERTOOLS_LOGGER_LOG_EVENT": [Bad("maybe", "true or false")],

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from outbox_relay import sql
+from support.plans import declared
 from support.rows import insert_rows
 
 SEED = insert_rows(
@@ -31,7 +32,7 @@ def _plan(app_engine, statement, params) -> list[dict]:
     with app_engine.begin() as conn:  # EXPLAIN ANALYZE runs it: roll it back
         (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.text), params).one()
         conn.rollback()
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    plan = declared(app_engine, (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
     nodes, todo = [], [plan]
     while todo:
         node = todo.pop()

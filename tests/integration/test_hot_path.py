@@ -18,6 +18,7 @@ from outbox_relay import sql
 from outbox_relay.models import ErrorClass, Outcome, OutcomeKind
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore, array_literal, text_array_literal
+from support.plans import declared
 from support.rows import insert_rows
 
 AWKWARD = [
@@ -92,7 +93,7 @@ def test_claim_reaches_rows_by_primary_key_on_an_analyzed_table(app_engine, limi
     params = LeaseStore(app_engine, Channel.REDIS, default_max_attempts=10).claim_parameters("x", limit, 30.0)
     with app_engine.connect() as conn:
         (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.relay.claim.text), params).one()
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    plan = declared(app_engine, (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
     nodes = _plan_nodes(plan)
     seq_scans = [n for n in nodes if n["Node Type"] == "Seq Scan"
                  and n.get("Relation Name") in ("outbox_message", "outbox_message_body")]

@@ -164,7 +164,10 @@ def test_stats_lag_window_takes_a_duration(outbox, app_engine):
 
 
 def test_stats_on_an_empty_outbox(outbox):
-    assert run_json(outbox, "stats") == {"channels": [], "totals": {
+    data = run_json(outbox, "stats")
+    # The day partitions the migration opened (docs/decisions/0066), the tables' sizes
+    assert data.pop("partitions")["days"] > 0
+    assert data == {"channels": [], "totals": {
         "pending": 0, "due_now": 0, "leased": 0, "expired_leases": 0, "delivered": 0, "dead": 0, "discarded": 0,
         "dead_last_hour": 0, "dead_last_day": 0, "keys_waiting_for_retry": 0, "keys_behind_dead_letter": 0,
         "bounced": 0, "complained": 0, "suppressed": 0, "ambiguous": 0,

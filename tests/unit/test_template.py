@@ -46,6 +46,8 @@ EMF_DIMENSIONS = {"channel", "service"}
 REPUTATION_METRICS = {"EmailSent", "EmailBounced", "EmailComplained"}
 FEEDBACK_DIMENSIONS = {name: ({"service", "configuration_set"} if name in REPUTATION_METRICS else {"service"})
                        for name in obs.FEEDBACK_METRICS}
+# The maintenance run's storage metrics: one document for the whole outbox, no channel.
+FEEDBACK_DIMENSIONS.update(dict.fromkeys((obs.PARTITION_MARGIN, obs.TABLE_BYTES), {"service"}))
 RELAY_FUNCTIONS = {s.name: f"Relay{s.template_prefix}Function" for s in CHANNELS}
 PREFIXES = {s.name: s.template_prefix for s in CHANNELS}
 #: A value of each channel's switch parameter that turns it on.
@@ -139,6 +141,19 @@ def test_backlog_alarm_threshold_is_the_parameter_and_duration_alarm_is_relative
                 # a latency-mode relay runs until its deadline's margin, by design
                 expected = {"Fn::If": ["IsLatencyMode", 99, 90]} if name.startswith("Relay") else 90
                 assert props["Threshold"] == expected, name
+
+
+def test_the_partition_margin_alarms_days_before_the_open_days_run_out_and_when_runs_stop() -> None:
+    from outbox_relay.config import MaintenanceSettings
+
+    alarm = RESOURCES["PartitionMarginAlarm"]["Properties"]
+    margin = MaintenanceSettings.model_fields["partition_margin_days"].default
+    assert alarm["MetricName"] == obs.PARTITION_MARGIN and alarm["ComparisonOperator"] == "LessThanThreshold"
+    # Fired with days to spare (ids of a day not open go to day 0 from the third day on)
+    assert 3 < alarm["Threshold"] < margin
+    # Two daily runs without the metric breach too: a schedule that stopped is seen before the margin ends
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["Period"] * alarm["EvaluationPeriods"] / 86400 < margin - 3
 
 
 @pytest.mark.parametrize("channel", list(RELAY_FUNCTIONS))

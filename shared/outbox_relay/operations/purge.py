@@ -51,8 +51,9 @@ def count_purge(engine: Engine, *, delivered_older_than_seconds: float,
 
 def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_than_seconds: float | None = None,
           batch_size: int = PURGE_BATCH, on_batch: Callable[[str, int], None] | None = None,
-          keep_going: Callable[[], bool] | None = None) -> PurgeResult:
-    """Delivered and, given a window, dead and discarded rows, in batches while `keep_going()`."""
+          keep_going: Callable[[], bool] | None = None, day_zero: bool = False) -> PurgeResult:
+    """Delivered and, given a window, dead and discarded rows, in batches while `keep_going()`;
+    `day_zero`: delivered rows of day 0 only (the other days are dropped whole: partitions.py)."""
     if delivered_older_than_seconds <= 0 or (dead_older_than_seconds is not None and dead_older_than_seconds <= 0):
         raise ValueError("retention windows must be longer than zero")
     if not 1 <= batch_size <= 50_000:
@@ -79,7 +80,8 @@ def purge(engine: Engine, *, delivered_older_than_seconds: float, dead_older_tha
                 return True
 
     if not run("delivered", sql.operations.purge_delivered_batch,
-               {"older_than_seconds": float(delivered_older_than_seconds), "limit": batch_size}):
+               {"older_than_seconds": float(delivered_older_than_seconds), "limit": batch_size,
+                "day_zero": day_zero}):
         return result
     if dead_older_than_seconds is not None:
         for ch in Channel:

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from .. import sql
 from ..db import run_with_retry
 from ..publishers.registry import Channel
+from .partitions import Partitions
 
 #: Email feedback counts per channel (docs/design.md, "SES feedback").
 FEEDBACK_COUNTS = ("bounced", "complained", "suppressed", "ambiguous")
@@ -30,6 +31,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
                     "last_gap_ended_seconds_ago": None if r.last_gap_ended_seconds_ago is None
                     else round(float(r.last_gap_ended_seconds_ago), 1)}
                    for r in conn.execute(sql.operations.pollers)]
+        parts = Partitions.of(conn.execute(sql.operations.partitions).one())
     for r in rows:
         r["oldest_pending_age_seconds"] = round(float(r["oldest_pending_age_seconds"]), 3)
         for source, names in ((held.get(r["channel"]), HELD_COUNTS), (feedback.get(r["channel"]), FEEDBACK_COUNTS)):
@@ -43,7 +45,7 @@ def queue_stats(engine: Engine, *, lag_window_seconds: float = LAG_WINDOW_SECOND
         "pending", "due_now", "leased", "expired_leases", "delivered", "dead", "discarded", "dead_last_hour",
         "dead_last_day", *HELD_COUNTS, *FEEDBACK_COUNTS)}
     totals["oldest_pending_age_seconds"] = max((r["oldest_pending_age_seconds"] for r in rows), default=0.0)
-    return {"channels": rows, "totals": totals, "pollers": pollers}
+    return {"channels": rows, "totals": totals, "pollers": pollers, "partitions": parts.as_dict()}
 
 
 def delivery_lag_series(engine: Engine, *, window_seconds: float = LAG_WINDOW_SECONDS,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Callable, Mapping
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidMessageError
-from ..ids import uuid7
+from ..ids import check_not_ahead, uuid7
 from ..tracing import TRACESTATE, with_context
 
 MAX_NAME_CHARS = 512
@@ -162,6 +162,11 @@ def validated(model: type[BaseModel], data: Mapping[str, Any], now: datetime | N
         raise refused(exc, CHECK_ORDER if issubclass(model, Message) else None) from None
     except TypeError as exc:
         raise InvalidMessageError("message", str(exc)) from None
+    if m.message_id is not None:
+        try:
+            check_not_ahead(m.message_id, now or datetime.now(timezone.utc))
+        except ValueError as exc:
+            raise InvalidMessageError("message_id", str(exc)) from None
     if m.deliver_at is not None:
         try:
             check_deliver_at(m.deliver_at, now)

@@ -14,12 +14,14 @@
 -- suppression list. Returns whether the message was found, and how many events,
 -- settled messages, addresses, freed rows and messages in flight were concerned.
 WITH target AS (
-    SELECT t.seq, t.message_id FROM (
-        SELECT o.seq, o.message_id, 1 AS rank FROM outbox_message o
-         WHERE o.seq = (SELECT b.seq FROM outbox_message_body b WHERE b.message_id = CAST(:tag_id AS uuid))
+    SELECT t.seq, t.message_id, t.day FROM (
+        SELECT o.seq, o.message_id, o.day, 1 AS rank FROM outbox_message o
+         WHERE (o.seq, o.day) = (SELECT b.seq, b.day FROM outbox_message_body b
+                                  WHERE b.message_id = CAST(:tag_id AS uuid)
+                                    AND b.day = outbox_id_day(CAST(:tag_id AS uuid)))
            AND o.channel = 'ses'
         UNION ALL
-        SELECT o.seq, o.message_id, 2 FROM outbox_message o
+        SELECT o.seq, o.message_id, o.day, 2 FROM outbox_message o
          WHERE o.channel = 'ses' AND o.delivery_ref IS NOT NULL AND o.delivery_ref = :ses_id
     ) t
      ORDER BY t.rank
@@ -42,10 +44,10 @@ WITH target AS (
         delivery_ref = coalesce(o.delivery_ref, :ses_id)
      WHERE o.seq = (SELECT seq FROM target) AND EXISTS (SELECT 1 FROM inserted)
        AND o.status IN ('pending', 'leased', 'dead')
-    RETURNING o.seq, o.status, o.destination, o.key, o.available_at, o.attempts
+    RETURNING o.seq, o.day, o.status, o.destination, o.key, o.available_at, o.attempts
 ), settled_history AS (
-    INSERT INTO outbox_message_history (seq, event, attempt, ref, actor)
-    SELECT s.seq, 'settled', s.attempts, :ses_id, 'feedback' FROM settled s WHERE s.status = 'delivered'
+    INSERT INTO outbox_message_history (seq, day, event, attempt, ref, actor)
+    SELECT s.seq, s.day, 'settled', s.attempts, :ses_id, 'feedback' FROM settled s WHERE s.status = 'delivered'
 ), key_freed AS (
     -- Later rows of its key that claims moved to the end of its window (turn_of) are due
     -- now (outbox_message_key_active_idx); a row scheduled later keeps its time.

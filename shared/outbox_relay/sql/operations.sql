@@ -103,7 +103,7 @@ SELECT seq, message_id, channel, destination, type, attempts,
 SELECT o.seq, o.message_id, o.channel, o.destination, o.type, o.key, b.payload, b.headers, o.status,
        o.attempts, o.max_attempts, o.available_at, o.lease_owner, o.lease_expires_at,
        o.last_error, o.last_error_class, o.delivery_ref, o.created_at, o.delivered_at, o.dead_at
-  FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq
+  FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
  WHERE b.message_id = CAST(:message_id AS uuid)
 
 -- name: history_of
@@ -182,12 +182,12 @@ WITH picked AS (
         lease_owner      = NULL,
         lease_expires_at = NULL
      WHERE o.seq = ANY(ARRAY(SELECT seq FROM picked)) AND o.status = 'dead'
-    RETURNING o.seq, o.message_id, o.channel, o.destination, o.key, o.last_error_class
+    RETURNING o.seq, o.day, o.message_id, o.channel, o.destination, o.key, o.last_error_class
 ), held AS (
     {{bring_back_held_keys}}
 ), history AS (
-    INSERT INTO outbox_message_history (seq, event, actor, next_at)
-    SELECT seq, 'redriven', 'operator', now() FROM moved
+    INSERT INTO outbox_message_history (seq, day, event, actor, next_at)
+    SELECT seq, day, 'redriven', 'operator', now() FROM moved
 )
 SELECT message_id, channel, last_error_class FROM moved
 
@@ -199,12 +199,12 @@ SELECT message_id, channel, last_error_class FROM moved
 WITH moved AS (
     UPDATE outbox_message o SET status = 'discarded'
      WHERE {{seqs_of_message_ids}} AND o.status = 'dead'
-    RETURNING o.seq, o.message_id, o.channel, o.destination, o.key
+    RETURNING o.seq, o.day, o.message_id, o.channel, o.destination, o.key
 ), held AS (
     {{bring_back_held_keys}}
 ), history AS (
-    INSERT INTO outbox_message_history (seq, event, actor)
-    SELECT seq, 'discarded', 'operator' FROM moved
+    INSERT INTO outbox_message_history (seq, day, event, actor)
+    SELECT seq, day, 'discarded', 'operator' FROM moved
 )
 SELECT message_id FROM moved
 
@@ -222,10 +222,11 @@ SELECT count(*) FROM outbox_message
 
 -- name: purge_delivered_batch
 -- Delete at most :limit delivered rows older than the window (outbox_message_delivered_at_idx,
--- SKIP LOCKED), bodies with them (trigger); the count per channel.
+-- SKIP LOCKED), bodies with them (trigger); the count per channel. :day_zero: only day 0's
+-- (the maintenance run: the other days go whole, by drop_day).
 WITH doomed AS (
     SELECT seq FROM outbox_message
-     WHERE status = 'delivered'
+     WHERE status = 'delivered' AND (NOT CAST(:day_zero AS boolean) OR day = 0)
        AND delivered_at < now() - make_interval(secs => :older_than_seconds)
      ORDER BY delivered_at
      LIMIT :limit
@@ -233,6 +234,7 @@ WITH doomed AS (
 ), gone AS (
     DELETE FROM outbox_message o
      WHERE o.seq = ANY(ARRAY(SELECT seq FROM doomed)) AND o.status = 'delivered'
+       AND (NOT CAST(:day_zero AS boolean) OR o.day = 0)
     RETURNING o.channel
 )
 SELECT channel, count(*) AS n FROM gone GROUP BY channel
@@ -292,3 +294,37 @@ SELECT c.channel,
                       ORDER BY p.started_at DESC
                       LIMIT 1) g ON true
  ORDER BY c.channel
+
+-- name: open_days
+-- Open the days from the first not yet open through :margin_days ahead (outbox_open_day:
+-- their three partitions). Only days beyond tomorrow's tomorrow: ids up to a day ahead are
+-- accepted (outbox__insert_v1), and one accepted before its day opened went to day 0 for good.
+SELECT count(*) FILTER (WHERE outbox_open_day(d))
+  FROM generate_series(greatest(coalesce((SELECT max(day) FROM outbox_day), 0) + 1,
+                                (current_date - DATE '1970-01-01') + 3),
+                       (current_date - DATE '1970-01-01') + CAST(:margin_days AS int)) d
+
+-- name: expired_days
+-- Open days that ended before the delivered window began, oldest first.
+SELECT day FROM outbox_day
+ WHERE (day + 1) * 86400.0 <= EXTRACT(EPOCH FROM now() - make_interval(secs => :older_than_seconds))
+ ORDER BY day
+
+-- name: drop_day
+-- Close day :day, move what must stay to day 0 (not delivered, or delivered within the
+-- window), drop its three partitions (outbox_drop_day). Rows kept.
+SELECT outbox_drop_day(CAST(:day AS int), now() - make_interval(secs => :older_than_seconds))
+
+-- name: partitions
+-- The open days and each table's size (`outbox stats`, the maintenance metrics): every
+-- partition's, from the catalog.
+SELECT (SELECT count(*) FROM outbox_day) AS days,
+       (SELECT min(day) FROM outbox_day) AS oldest_day,
+       (SELECT max(day) FROM outbox_day) AS newest_day,
+       (SELECT max(day) FROM outbox_day) - (current_date - DATE '1970-01-01') AS margin_days,
+       (SELECT coalesce(sum(pg_total_relation_size(r.relid)), 0) FROM pg_partition_tree('outbox_message') r)
+           AS message_bytes,
+       (SELECT coalesce(sum(pg_total_relation_size(r.relid)), 0) FROM pg_partition_tree('outbox_message_body') r)
+           AS body_bytes,
+       (SELECT coalesce(sum(pg_total_relation_size(r.relid)), 0) FROM pg_partition_tree('outbox_message_history') r)
+           AS history_bytes

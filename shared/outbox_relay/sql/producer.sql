@@ -9,32 +9,34 @@ AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb
 
 -- name: insert_message
 -- Enqueue one message: body and state in one statement (the body's unique index
--- on message_id decides). Returns whether a row was written and, when the id was
--- taken, whether the holder is the same message (NULL: not visible to this snapshot).
+-- on (message_id, day) decides: an id lives in one day, outbox_id_day). Returns
+-- whether a row was written and, when the id was taken, whether the holder is the same message (NULL: not visible to this snapshot).
 -- A deliver_at in the past means now, so a backlog's age counts from the enqueue.
 WITH m AS (
     SELECT CAST(:message_id AS uuid) AS message_id, CAST(:channel AS text) AS channel,
            CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
            CAST(:key AS text) AS key, CAST(:payload AS text) AS payload
 ), body AS (
-    INSERT INTO outbox_message_body (message_id, payload, headers)
-    VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json))
-    ON CONFLICT (message_id) DO NOTHING
-    RETURNING seq, message_id, payload
+    INSERT INTO outbox_message_body (message_id, payload, headers, day)
+    VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json),
+            outbox_id_day(CAST(:message_id AS uuid)))
+    ON CONFLICT (message_id, day) DO NOTHING
+    RETURNING seq, message_id, payload, day
 ), ins AS (
     INSERT INTO outbox_message
-        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at)
+        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at,
+         day)
     SELECT seq, message_id, CAST(:channel AS text), CAST(:destination AS text), CAST(:type AS text),
            CAST(:key AS text), octet_length(payload::text), CAST(:max_attempts AS integer),
            greatest(CAST(:deliver_at AS timestamptz), now()),
-           CASE WHEN CAST(:deliver_at AS timestamptz) > now() THEN CAST(:deliver_at AS timestamptz) END
+           CASE WHEN CAST(:deliver_at AS timestamptz) > now() THEN CAST(:deliver_at AS timestamptz) END, day
       FROM body
     RETURNING seq
 )
 SELECT (SELECT count(*) FROM ins) AS inserted,
        (SELECT {{same_message_as_m}}
           FROM m JOIN outbox_message_body b ON b.message_id = m.message_id
-          JOIN outbox_message o ON o.seq = b.seq) AS same
+          JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day) AS same
 
 -- name: same_message
 -- The second look after a concurrent writer: is the message now stored under
@@ -44,7 +46,7 @@ SELECT {{same_message_as_m}}
                CAST(:destination AS text) AS destination, CAST(:type AS text) AS type,
                CAST(:key AS text) AS key, CAST(:payload AS text) AS payload) m
   JOIN outbox_message_body b ON b.message_id = m.message_id
-  JOIN outbox_message o ON o.seq = b.seq
+  JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
 
 -- name: insert_messages_bulk
 -- Enqueue one chunk, given as one JSON array of objects; `i` keeps the caller's
@@ -58,15 +60,17 @@ WITH m AS (
                 payload text, headers text, max_attempts int, deliver_at timestamptz)
      ORDER BY message_id, i
 ), body AS (
-    INSERT INTO outbox_message_body (message_id, payload, headers)
-    SELECT message_id, payload::json, headers::json FROM m ORDER BY i
-    ON CONFLICT (message_id) DO NOTHING
-    RETURNING seq, message_id
+    INSERT INTO outbox_message_body (message_id, payload, headers, day)
+    SELECT message_id, payload::json, headers::json, outbox_id_day(message_id) FROM m ORDER BY i
+    ON CONFLICT (message_id, day) DO NOTHING
+    RETURNING seq, message_id, day
 ), ins AS (
     INSERT INTO outbox_message
-        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at)
+        (seq, message_id, channel, destination, type, key, payload_bytes, max_attempts, available_at, scheduled_at,
+         day)
     SELECT b.seq, b.message_id, m.channel, m.destination, m.type, m.key, octet_length(m.payload),
-           m.max_attempts, greatest(m.deliver_at, now()), CASE WHEN m.deliver_at > now() THEN m.deliver_at END
+           m.max_attempts, greatest(m.deliver_at, now()), CASE WHEN m.deliver_at > now() THEN m.deliver_at END,
+           b.day
       FROM body b JOIN m ON m.message_id = b.message_id
      ORDER BY b.seq
 )
@@ -74,7 +78,7 @@ SELECT i, same FROM (
     SELECT m.i, CASE WHEN o.seq IS NOT NULL THEN {{same_message_as_m}} END AS same
       FROM m
       LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
-      LEFT JOIN outbox_message o ON o.seq = b.seq
+      LEFT JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
      WHERE m.message_id NOT IN (SELECT message_id FROM body)
 ) skipped
  WHERE same IS NOT TRUE
@@ -87,6 +91,6 @@ SELECT m.i
   FROM json_to_recordset(CAST(:messages AS json))
        AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
   JOIN outbox_message_body b ON b.message_id = m.message_id
-  JOIN outbox_message o ON o.seq = b.seq
+  JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
  WHERE NOT ({{same_message_as_m}})
  ORDER BY m.i

@@ -9,36 +9,43 @@ k.status IN ('pending', 'leased')
 AND NOT (k.status = 'pending' AND k.attempts = 0 AND k.scheduled_at IS NOT NULL AND k.available_at = k.scheduled_at
          AND k.available_at > now())
 
--- name: turn_of
--- What the claim may do with due row `m` of a key, from the first earlier row
--- that holds the key back: NULL claim it (no such row: `m` is its key's first);
--- '-infinity' claim it if every earlier row is claimed with it or ours in flight
--- (the first is pending and comes first in the due order, or is ours); 'infinity' leave
--- it (leased by another relay); a time: move it there (the first row is pending
--- with a later available_at: waiting for a retry, or released after `m` was due;
--- or a dead letter holds the key under the block policy), so that `m` is scanned
--- after the first row, never in a window without it. Every probe of a key's rows
--- (here and in the claim) takes the key as a range ordered by (key, seq): only
+-- name: key_head
+-- The first row that holds back the key of row `m` ("holds_back_its_key"), and
+-- under the block policy its first dead letter: the same for every row of a
+-- key, so the due scan probes each key once (a Memoize on (destination, key))
+-- however many of its rows it passes. Every probe of a key's rows (here and in
+-- the claim) takes the key as a range ordered by (key, seq): only
 -- outbox_message_key_active_idx / _key_dead_idx give that order, whatever the
 -- statistics say (docs/design.md, "Per-key ordering").
-CASE WHEN CAST(:block_on_dead AS boolean) AND (
-          SELECT k.seq FROM outbox_message k
-           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
-             AND k.status = 'dead' AND k.seq < m.seq
-           ORDER BY k.key, k.seq
-           LIMIT 1) IS NOT NULL
-     THEN now() + make_interval(secs => :dead_hold_seconds)
-     ELSE (
-          SELECT CASE WHEN k.status = 'pending' AND k.available_at <= m.available_at THEN '-infinity'
-                      WHEN k.status = 'pending' THEN k.available_at
-                      WHEN k.lease_owner = :owner AND k.lease_expires_at > now() THEN '-infinity'
-                      ELSE 'infinity' END
-            FROM outbox_message k
-           WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
-             AND k.seq < m.seq AND {{holds_back_its_key}}
-           ORDER BY k.key, k.seq
-           LIMIT 1)
-END
+SELECT h.seq, h.status, h.available_at, h.lease_owner = :owner AND h.lease_expires_at > now() AS ours,
+       CASE WHEN CAST(:block_on_dead AS boolean) THEN (
+            SELECT k.seq FROM outbox_message k
+             WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+               AND k.status = 'dead'
+             ORDER BY k.key, k.seq
+             LIMIT 1) END AS dead_seq
+  FROM (SELECT k.seq, k.status, k.available_at, k.lease_owner, k.lease_expires_at FROM outbox_message k
+         WHERE k.channel = m.channel AND k.destination = m.destination AND k.key >= m.key AND k.key <= m.key
+           AND {{holds_back_its_key}}
+         ORDER BY k.key, k.seq
+         LIMIT 1) h
+
+-- name: turn_of
+-- What the claim may do with due row `m` of a key, from its key's head `h`
+-- ("key_head": the first row that holds the key back; `m` itself when it is its
+-- key's first, as a due pending row holds its key): NULL claim it (`m` is its
+-- key's first); '-infinity' claim it if every earlier row is claimed with it or
+-- ours in flight (the head is pending and comes first in the due order, or is
+-- ours); 'infinity' leave it (leased by another relay); a time: move it there
+-- (the head is pending with a later available_at: waiting for a retry, or
+-- released after `m` was due; or a dead letter before it holds the key under the
+-- block policy), so that `m` is scanned after the head, never in a window without it.
+CASE WHEN h.dead_seq < m.seq THEN now() + make_interval(secs => :dead_hold_seconds)
+     WHEN h.seq IS NULL OR h.seq >= m.seq THEN NULL
+     WHEN h.status = 'pending' AND h.available_at <= m.available_at THEN '-infinity'
+     WHEN h.status = 'pending' THEN h.available_at
+     WHEN h.ours THEN '-infinity'
+     ELSE 'infinity' END
 
 -- name: claim
 -- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
@@ -67,7 +74,7 @@ END
 WITH expired AS (
     SELECT seq, destination, key, attempts >= coalesce(max_attempts, :default_max_attempts) AS exhausted,
            last_error_class IS NOT DISTINCT FROM 'lease_expired' AS again, attempts, lease_owner, available_at,
-           delivery_ref
+           delivery_ref, day
       FROM outbox_message
      WHERE status = 'leased' AND channel = :channel AND lease_expires_at <= now()
      ORDER BY lease_expires_at, seq
@@ -78,7 +85,7 @@ WITH expired AS (
     -- resend, whatever became of its holder.
     UPDATE outbox_message o SET status = 'delivered', delivered_at = now(), lease_owner = NULL,
            lease_expires_at = NULL
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE delivery_ref IS NOT NULL))
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE delivery_ref IS NOT NULL)) AND o.status = 'leased'
     RETURNING o.seq
 ), requeued AS (
     -- A first expiry is presumed innocent (its holder died of something else: a
@@ -88,6 +95,7 @@ WITH expired AS (
            last_error_class = 'lease_expired',
            last_error = 'lease expired: its holder died or overran its lease; back in the queue'
      WHERE o.seq = ANY (ARRAY(SELECT seq FROM expired WHERE NOT exhausted AND NOT again AND delivery_ref IS NULL))
+       AND o.status = 'leased'
     RETURNING o.seq
 ), suspect AS (
     -- A lease that expired again since (its holder died once more, maybe because
@@ -111,8 +119,8 @@ WITH expired AS (
     SELECT m.seq, m.destination, m.key, m.payload_bytes AS size, t.turn,
            greatest(m.created_at, m.scheduled_at) AS due_since
       FROM outbox_message m
-      -- OFFSET 0 keeps the subquery apart, so that a row without a key skips it.
-      LEFT JOIN LATERAL (SELECT {{turn_of}} AS turn WHERE m.key IS NOT NULL OFFSET 0) t ON true
+      LEFT JOIN LATERAL ({{key_head}}) h ON m.key IS NOT NULL
+      CROSS JOIN LATERAL (SELECT {{turn_of}} AS turn) t
      WHERE m.status = 'pending' AND m.channel = :channel AND m.available_at <= now()
        AND (t.turn IS NULL OR t.turn < 'infinity')
      ORDER BY m.available_at, m.seq
@@ -169,7 +177,7 @@ WITH expired AS (
 ), moved AS (
     UPDATE outbox_message o SET available_at = v.until
       FROM moves v
-     WHERE o.seq = ANY (ARRAY(SELECT seq FROM moves)) AND o.seq = v.seq
+     WHERE o.seq = ANY (ARRAY(SELECT seq FROM moves)) AND o.seq = v.seq AND o.status = 'pending'
     RETURNING o.seq
 ), budget AS (
     SELECT seq, size, sum(size) OVER (ORDER BY seq) AS running FROM candidates
@@ -195,16 +203,16 @@ UPDATE outbox_message o SET
                             THEN 'lease expired with no attempts left (' || o.attempts || ' made); '
                                  || 'the holder died or overran its lease'
                             ELSE o.last_error END
- WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked))
-RETURNING o.seq, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
+ WHERE o.seq = ANY (ARRAY(SELECT seq FROM picked)) AND o.status IN ('pending', 'leased')
+RETURNING o.seq, o.day, o.message_id, o.status, o.destination, o.type, o.key, o.attempts,
           coalesce(o.max_attempts, :default_max_attempts) AS max_attempts,
           to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at
 ), expiry_history AS (
     -- The expired attempts this claim dealt with, as lines of their messages' history
     -- (outbox_message_history), the texts as the rows record them; an expired lease
     -- left for a later claim is written then. A requeued row keeps its place: its due time.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
-    SELECT e.seq, CASE WHEN e.delivery_ref IS NOT NULL THEN 'settled' WHEN e.exhausted THEN 'dead'
+    INSERT INTO outbox_message_history (seq, day, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT e.seq, e.day, CASE WHEN e.delivery_ref IS NOT NULL THEN 'settled' WHEN e.exhausted THEN 'dead'
                        ELSE 'lease_expired' END,
            e.attempts, 'lease_expired',
            CASE WHEN e.delivery_ref IS NOT NULL
@@ -232,7 +240,7 @@ SELECT concat_ws(' ', c.seq, c.status, c.attempts, c.max_attempts, c.message_id,
                EXISTS (SELECT 1 FROM suspect) AS suspect, (SELECT count(*) FROM due) AS due,
                EXISTS (SELECT 1 FROM budget WHERE running - size >= :max_bytes) AS cut) s
   LEFT JOIN claimed c ON true
-  LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq) b ON true
+  LEFT JOIN LATERAL (SELECT payload, headers FROM outbox_message_body WHERE seq = c.seq AND day = c.day) b ON true
 
 -- name: oldest_pending_age_of
 -- Age in seconds of the oldest due pending message of channel `c.channel` (0 when
@@ -294,8 +302,8 @@ WITH v AS MATERIALIZED (
         last_error_class = coalesce(v.error_class, o.last_error_class)
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
-       AND o.status = v.status AND o.lease_owner = v.owner
-    RETURNING o.seq, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
+       AND o.status = v.status AND o.lease_owner = v.owner AND o.status = 'leased'
+    RETURNING o.seq, o.day, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
               CASE WHEN o.status = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
 ), history AS (
@@ -304,8 +312,8 @@ WITH v AS MATERIALIZED (
     -- (delivered_at, delivery_ref), so the common case writes nothing more. A released
     -- attempt was refunded just now: its number is one more. An attempt an SES event
     -- settled is a `settled` line with the event's SES id and this attempt's error.
-    INSERT INTO outbox_message_history (seq, event, attempt, error_class, error, ref, actor, next_at)
-    SELECT d.seq,
+    INSERT INTO outbox_message_history (seq, day, event, attempt, error_class, error, ref, actor, next_at)
+    SELECT d.seq, d.day,
            CASE WHEN d.status = 'delivered' THEN 'settled'
                 ELSE CASE d.kind WHEN 'release' THEN 'released' WHEN 'settle' THEN 'ambiguous'
                                  WHEN 'retry' THEN CASE WHEN d.status = 'dead' THEN 'dead' ELSE 'retry' END

@@ -54,7 +54,8 @@ def stats(as_json: bool, lag_window: str, chart: bool) -> None:
     retry of their first message; behind a dead letter, which holds them under
     OUTBOX_ORDERING_ON_DEAD=block), the oldest due pending message's age, and
     the delivery lag of recent deliveries (p50, p99, max), and the latency-mode
-    pollers of each channel (live now, the last window without one), all by the
+    pollers of each channel (live now, the last window without one), the day
+    partitions (open days, margin left) and the tables' sizes, all by the
     database clock. Durations are printed in one convention (12ms, 7.4s, 48s, 5m 3s)."""
     window = common.duration("--lag-window", lag_window)
     engine = common.engine()
@@ -98,6 +99,10 @@ def stats(as_json: bool, lag_window: str, chart: bool) -> None:
         for ch in emails:
             email.add_row(ch["channel"], str(ch["delivered"]), *(str(ch[k]) for k in FEEDBACK_COUNTS))
         console.print(email)
+    parts = data["partitions"]
+    click.echo(f"day partitions: {parts['days']} open ({parts['oldest_day']} to {parts['newest_day']}), "
+               f"margin {parts['margin_days']} days; size " + ", ".join(
+                   f"{name} {size / 2**20:.1f} MiB" for name, size in parts["bytes"].items()))
     if data["pollers"]:
         pollers = Table(title="latency-mode pollers")
         for col in ("channel", "live now", "last window without a poller", "ended"):

@@ -1,0 +1,93 @@
+"""Day partitions without an operator (docs/decisions/0066): days opened ahead, days older than
+the delivered window dropped whole, each drop one short transaction that waits on no lock long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any, Callable
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from .. import sql
+from ..db import run_with_retry
+
+#: Days kept open ahead of today: a maintenance run missed for days never leaves ids without one.
+MARGIN_DAYS = 7
+#: A drop waits this long for a lock (a long transaction on the day), then is left for the next run.
+DROP_LOCK_TIMEOUT = "2s"
+EPOCH = date(1970, 1, 1)
+
+
+@dataclass
+class DaysResult:
+    opened: int = 0
+    dropped: list[int] = field(default_factory=list)
+    kept: int = 0  # rows of dropped days moved to day 0
+    skipped: list[int] = field(default_factory=list)  # busy: left for the next run
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"opened": self.opened, "dropped": [day_text(d) for d in self.dropped], "kept": self.kept,
+                "skipped": [day_text(d) for d in self.skipped]}
+
+
+def day_text(day: int | None) -> str | None:
+    return None if day is None else (EPOCH + timedelta(days=day)).isoformat()
+
+
+def manage_days(engine: Engine, *, delivered_older_than_seconds: float, margin_days: int = MARGIN_DAYS,
+                keep_going: Callable[[], bool] | None = None) -> DaysResult:
+    """Open the days through `margin_days` ahead, then drop each day that ended before the window."""
+    result = DaysResult()
+    result.opened = int(run_with_retry(engine, lambda c: c.execute(
+        sql.operations.open_days, {"margin_days": int(margin_days)}).scalar_one()))
+    window = {"older_than_seconds": float(delivered_older_than_seconds)}
+    days = run_with_retry(engine, lambda c: [r[0] for r in c.execute(sql.operations.expired_days, window)])
+    for day in days:
+        if keep_going is not None and not keep_going():
+            break
+
+        def drop(c: Any, day: int = day) -> int:
+            c.execute(text(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'"))
+            return int(c.execute(sql.operations.drop_day, {**window, "day": day}).scalar_one())
+
+        try:
+            result.kept += run_with_retry(engine, drop)
+            result.dropped.append(day)
+        except DBAPIError as exc:
+            if _sqlstate(exc) != "55P03":  # lock_not_available
+                raise
+            result.skipped.append(day)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    days: int
+    oldest_day: int | None
+    newest_day: int | None
+    margin_days: int | None  # open days ahead of today; None: none open
+    message_bytes: int
+    body_bytes: int
+    history_bytes: int
+
+    @classmethod
+    def of(cls, row: Any) -> "Partitions":
+        return cls(int(row.days), row.oldest_day, row.newest_day, row.margin_days, int(row.message_bytes),
+                   int(row.body_bytes), int(row.history_bytes))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"days": self.days, "oldest_day": day_text(self.oldest_day), "newest_day": day_text(self.newest_day),
+                "margin_days": self.margin_days,
+                "bytes": {"outbox_message": self.message_bytes, "outbox_message_body": self.body_bytes,
+                          "outbox_message_history": self.history_bytes}}
+
+
+def partitions(engine: Engine) -> Partitions:
+    return Partitions.of(run_with_retry(engine, lambda c: c.execute(sql.operations.partitions).one()))
+
+
+def _sqlstate(exc: DBAPIError) -> str | None:
+    detail = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return detail.get("C") if isinstance(detail, dict) else None
