@@ -32,7 +32,8 @@ SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "pha
 #: The others measure what the share does not change (memory, instructions, SES's send rate
 #: against moto in this process, the feedback handler's recording).
 HELD_SECTIONS = ("limit", "drain", "latency", "ordering", "batches", "baseline", "phases", "concurrency",
-                 "recovery", "sqs", "sns", "eventbridge", "kinesis", "redis", "pollers", "catchup")
+                 "recovery", "sqs", "sns", "eventbridge", "kinesis", "redis", "pollers", "catchup",
+                 "autoscale")
 #: The template's bounds of FunctionMemoryMB.
 MEMORY_MB = (128, 10240)
 
@@ -114,6 +115,14 @@ class Config:
         self.catchup = dict(pollers=max(counts), outage=60.0 * (extra.get("outage_minutes") or
                                                                  (0.1 if quick else 15.0)),
                             lead=3.0 if quick else 20.0, tail_at_least=10.0 if quick else 60.0, model=self.latency["model"], batch_size=1000)
+        self.autoscale = dict(step_seconds=extra.get("step_seconds") or (10.0 if quick else 240.0),
+                              pollers=counts[0] if extra.get("pollers") else 1,
+                              pollers_max=extra.get("pollers_max") or 4,
+                              add_age_seconds=extra.get("add_age_seconds") or 1.0,
+                              model=self.latency["model"], batch_size=1000)
+        if self.autoscale["pollers_max"] < self.autoscale["pollers"]:
+            raise click.BadParameter(f"must be at least the pollers kept ({self.autoscale['pollers']}), got "
+                                     f"{self.autoscale['pollers_max']}", param_hint="'--pollers-max'")
         self.r1 = extra.get("r1")
         self.previous: dict[str, Any] = {}
         self.growth = (dict(delivered=delivered or [1_000, 5_000], pending=200, claims=10, claim_batch=10,
@@ -265,6 +274,7 @@ def _run_each(env: BenchEnv, cfg: Config, sections: list[str], run: str, console
         "redis": lambda: _redis(env, cfg, console),
         "pollers": lambda: _pollers(env, cfg, console),
         "catchup": lambda: _catchup(env, cfg, console, results),
+        "autoscale": lambda: _autoscale(env, cfg, console, results),
     }
     for name in sections:
         console.print(f"[bold]{name}[/bold] …")
@@ -397,6 +407,32 @@ def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, An
                   f"after {result['caught_up_after_seconds'] or '(not while the producers ran)'} s; "
                   f"{result['check']['keys_out_of_order']} keys out "
                   f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
+    return result
+
+
+def _autoscale(env: BenchEnv, cfg: Config, console: Console, results: dict[str, Any]) -> dict[str, Any]:
+    """R1: `--r1`, else one poller's sustained rate of this run's pollers section, else the results file's."""
+    from .autoscale import run_autoscale
+
+    pollers, source = results.get("pollers"), "this run's pollers section"
+    if not pollers and cfg.previous.get("pollers"):
+        pollers, source = cfg.previous["pollers"], f"the pollers section of {cfg.previous['pollers'].get('run')}"
+    r1 = (cfg.r1, "--r1") if cfg.r1 else ((pollers or {}).get("r1_per_second"), source)
+    if not r1[0]:
+        raise click.ClickException("autoscale needs one poller's sustained rate: run `python -m bench pollers` "
+                                   "first, or pass --r1")
+    result = run_autoscale(env, r1=r1[0], r1_from=r1[1], streams=cfg.streams, **cfg.autoscale)
+    for s in result["steps"]:
+        console.print(f"  {s['fraction']:g} x R1, {s['offered_per_second']:,}/s offered: delivered "
+                      f"{_fmt_rate(s['delivered_per_second'])}/s, most pollers {s['live_pollers_most']}, "
+                      f"{s['poller_seconds_per_second']} poller-seconds/s ({s['vs_needs']}x the {s['needs']} needed)")
+    for c in result["changes"]:
+        console.print(f"  step {c['direction']} at {c['at_second']:g} s: pollers at {c['needs_after']} after "
+                      f"{c['followed_after_seconds'] if c['followed_after_seconds'] is not None else '(never)'} s")
+    lag, check = result["lag_outside_steps_ms"], result["check"]
+    console.print(f"  lag outside the steps p50 {lag['p50']} ms, p99 {lag['p99']} ms; {result['vs_needs']}x the "
+                  f"poller-seconds needed; {check['keys_out_of_order']} keys out of order, {check['lost']} lost, "
+                  f"{check['duplicates']} duplicates")
     return result
 
 
@@ -604,8 +640,14 @@ def _common(f: Callable) -> Callable:
         click.option("--outage-minutes", type=_Number("a number of minutes", positive=True), default=None,
                      metavar="MINUTES", help="Catchup: how long the downstream is down (default 15; quick 0.1)."),
         click.option("--r1", type=_Number("messages per second", positive=True), default=None, metavar="MSG/S",
-                     help="Catchup: one poller's sustained rate (default: the pollers section of this run or of "
-                     "the results file); half of it is offered."),
+                     help="Catchup, autoscale: one poller's sustained rate (default: the pollers section of this "
+                     "run or of the results file); catchup offers half of it."),
+        click.option("--step-seconds", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
+                     help="Autoscale: how long each step of the offered load lasts (default 240; quick 10)."),
+        click.option("--pollers-max", type=COUNT, default=None, metavar="N",
+                     help="Autoscale: OUTBOX_POLLERS_MAX (default 4); OUTBOX_POLLERS is --pollers (default 1)."),
+        click.option("--add-age-seconds", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
+                     help="Autoscale: OUTBOX_POLLERS_ADD_AGE_SECONDS (default 1, the template's)."),
         click.option("--seed", type=SEED, default=None, metavar="N",
                      help="Latency: seed of the scheduler's random draws (default: a new one, recorded)."),
         click.option("--function-memory-mb", default=None, metavar="MB[,MB...]",
@@ -705,6 +747,10 @@ _make("catchup", ("catchup",), "A downstream outage (the bench's own Redis kille
       "drain rate vs the pollers' sustained rate, time until lag is normal, order, lost, duplicates; not part "
       "of all.")
 _make("scaling", ("pollers", "catchup"), "pollers, then catchup, in one run (its ratios within it).")
+_make("autoscale", ("autoscale",), "Offered load stepped from 10 % of one poller's sustained rate (R1: --r1, or "
+      "the pollers section) to 300 % and back (--step-seconds each), OUTBOX_POLLERS_MAX --pollers-max: how soon "
+      "the live pollers follow each step, lag p99 outside the steps, poller-seconds vs what the load needs; order, "
+      "lost, duplicates checked; not part of all.")
 _make("compare", ("limit", "batches", "baseline"), "Batch mode per batch size and the per-row baseline, in one run.")
 _make("phases", ("phases",), "Where one invocation's time goes, step by step: batch 1,000 (or the largest "
       "of --batch-sizes), 20,000 messages (or --n; 2,000 with --quick).")

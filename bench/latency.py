@@ -75,11 +75,32 @@ def producers_for(rate: int) -> int:
     return max(1, min(_MAX_PRODUCERS, math.ceil(rate / _PER_PRODUCER)))
 
 
-def _producer(database_url: str, rate: float, seconds: float, prefix: str, streams: tuple[str, ...], seed: int,
-              keys: int | None, ready: Any, go: Any, out: Any) -> None:
-    """Commit messages at `rate` per second for `seconds`, in small transactions; with
-    `keys`, the i-th message takes key i mod `keys` of this producer's own (no other
-    producer commits to them, so their enqueue order is their commit order)."""
+def offered_by(rate: float | list[tuple[float, float]], elapsed: float) -> float:
+    """Messages offered in `elapsed` seconds at `rate` per second, or along steps of (seconds, rate)."""
+    if not isinstance(rate, list):
+        return rate * elapsed
+    total = 0.0
+    for seconds, step_rate in rate:
+        total += step_rate * max(0.0, min(elapsed, seconds))
+        elapsed -= seconds
+    return total
+
+
+def _step_start(rate: float | list[tuple[float, float]], elapsed: float) -> float:
+    """When the step that `elapsed` falls in began (0 at a constant rate)."""
+    start = 0.0
+    for seconds, _ in rate[:-1] if isinstance(rate, list) else ():
+        if elapsed < start + seconds:
+            break
+        start += seconds
+    return start
+
+
+def _producer(database_url: str, rate: float | list[tuple[float, float]], seconds: float, prefix: str,
+              streams: tuple[str, ...], seed: int, keys: int | None, ready: Any, go: Any, out: Any) -> None:
+    """Commit messages at `rate` per second (or along its steps) for `seconds`, in small
+    transactions; with `keys`, the i-th message takes key i mod `keys` of this producer's
+    own (no other producer commits to them, so their enqueue order is their commit order)."""
     from outbox_relay.ids import uuid7
     from outbox_relay.producer import enqueue_events_bulk
 
@@ -90,16 +111,21 @@ def _producer(database_url: str, rate: float, seconds: float, prefix: str, strea
             conn.execute(text("SELECT 1"))
         ready.release()
         go.wait()
-        tick = max(0.005, min(0.05, 1.0 / rate))
+        peak = max(r for _, r in rate) if isinstance(rate, list) else rate
+        tick = max(0.005, min(0.05, 1.0 / peak))
         began = time.time()
         started = time.perf_counter()
         sent = behind_max = 0
+        step_began = carried = 0.0
         with engine.connect() as conn:
             while True:
                 elapsed = time.perf_counter() - started
                 if elapsed >= seconds:
                     break
-                due = int(rate * elapsed) + 1 - sent
+                begun = _step_start(rate, elapsed)
+                if begun != step_began:  # a step's shortfall is not carried into the next: each offers its rate
+                    step_began, carried = begun, max(0.0, offered_by(rate, begun) - sent)
+                due = int(offered_by(rate, elapsed) - carried) + 1 - sent
                 behind_max = max(behind_max, due)
                 if due > 0:
                     batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7(),
@@ -108,7 +134,8 @@ def _producer(database_url: str, rate: float, seconds: float, prefix: str, strea
                     with conn.begin():
                         enqueue_events_bulk(conn, batch)
                     sent += len(batch)
-                pause = started + (sent / rate) - time.perf_counter()
+                pause = (tick if due <= _PER_TRANSACTION else 0.0) if isinstance(rate, list) else \
+                    started + (sent / rate) - time.perf_counter()
                 time.sleep(max(0.0, min(tick, pause)))
         out.put({"sent": sent, "seconds": time.perf_counter() - started, "began": began, "ended": time.time(),
                  "max_behind": behind_max, "error": None})
@@ -219,17 +246,21 @@ def _reset(env: BenchEnv) -> None:
 def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, rng: random.Random,
               batch_size: int, streams: tuple[str, ...], producers: int | None, *, pollers: int = 1,
               keys: int | None = None, during: Callable[[float], None] | None = None,
-              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0) -> dict[str, Any]:
-    """One offered rate. `pollers` sets OUTBOX_POLLERS, and the first slot starts one run
-    per poller slot (as that many periods of the schedule would), with the reserved
-    concurrency the template derives (2 per poller + 1) if the model's is lower; `keys`
+              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0, steps: list[tuple[float, float]] | None = None,
+              settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """One offered rate (`rate`, or along `steps` of (seconds, rate), `rate` their mean).
+    `pollers` sets OUTBOX_POLLERS, and the first slot starts one run per poller slot (as
+    that many periods of the schedule would), with the reserved concurrency the template
+    derives (2 per poller at most + 1) if the model's is lower; `settings` more of the
+    function's environment (OUTBOX_POLLERS_MAX: the most pollers); `keys`
     ordering keys per producer, checked in the stream; `during(began)` runs in a thread
     once the producers began (epoch seconds); `backlog` messages (over `keys` keys) wait
     when the first poller starts (enqueued once the containers are warm)."""
     _reset(env)
     ctx = mp.get_context("spawn")
-    n_producers = producers or producers_for(rate)
-    reserved = max(model.reserved_concurrency, 2 * pollers + 1)
+    settings = settings or {}
+    n_producers = producers or producers_for(max(r for _, r in steps) if steps else rate)
+    reserved = max(model.reserved_concurrency, 2 * int(settings.get("OUTBOX_POLLERS_MAX") or pollers) + 1)
     n_containers = max(_MIN_CONTAINERS, reserved + 1)
     commands = [ctx.Queue() for _ in range(n_containers)]
     reports = ctx.Queue()
@@ -238,14 +269,15 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
     env_extra = {"OUTBOX_MODE": "latency", "OUTBOX_FUNCTION_TIMEOUT_SECONDS": f"{model.timeout:g}",
                  "OUTBOX_LEASE_SECONDS": f"{model.lease:g}", "OUTBOX_DEADLINE_MARGIN_SECONDS": f"{model.margin:g}",
                  "OUTBOX_METRICS_INTERVAL_SECONDS": "10", "OUTBOX_SELF_INVOKE": "true",
-                 "OUTBOX_POLLERS": str(pollers)} | aws_environment(api.url)
+                 "OUTBOX_POLLERS": str(pollers)} | settings | aws_environment(api.url)
     ready = ctx.Semaphore(0)
     go = ctx.Event()
     produced = ctx.Queue()
     containers = [ctx.Process(target=_container, args=(i, env.database_url, env.servers.redis_url, env_extra,
                                                        batch_size, ready, commands[i], reports), daemon=True)
                   for i in range(n_containers)]
-    producer_processes = [ctx.Process(target=_producer, args=(env.database_url, rate / n_producers, seconds,
+    share = [(s, r / n_producers) for s, r in steps] if steps else rate / n_producers
+    producer_processes = [ctx.Process(target=_producer, args=(env.database_url, share, seconds,
                                                               env.prefix, streams, 6 + i, keys, ready, go,
                                                               produced),
                                       daemon=True) for i in range(n_producers)]

@@ -63,6 +63,11 @@ def growth_figure(results: dict[str, Any]) -> Figure:
                   lambda plt: _draw_growth(plt, results["growth"]))
 
 
+def autoscale_figure(results: dict[str, Any]) -> Figure:
+    return Figure("autoscale-pollers-and-lag.png", "Offered load stepped, live pollers and lag over time",
+                  lambda plt: _draw_autoscale(plt, results["autoscale"]))
+
+
 def figures(results: dict[str, Any]) -> list[Figure]:
     """Every figure the results file has data for, in the page's order."""
     from .report import latency_models
@@ -76,6 +81,8 @@ def figures(results: dict[str, Any]) -> list[Figure]:
         out.append(growth_figure(results))
     if (results.get("growth") or {}).get("soak"):
         out.append(soak_figure(results))
+    if (results.get("autoscale") or {}).get("steps"):
+        out.append(autoscale_figure(results))
     return out
 
 
@@ -300,4 +307,38 @@ def _draw_soak(plt: Any, soak: dict[str, Any]) -> Any:
     lines = ax.get_legend_handles_labels()
     more = size_ax.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")
+    return fig
+
+
+# ----------------------------------------------------------------- autoscale
+
+def _draw_autoscale(plt: Any, section: dict[str, Any]) -> Any:
+    per = section["per_second"]
+    t = [x + 0.5 for x in per["second"]]
+    fig, (rate_ax, poll_ax, lag_ax) = plt.subplots(3, 1, sharex=True, figsize=(14, 9), layout="constrained",
+                                                   height_ratios=[2, 2, 2])
+    fig.suptitle(f"Offered load stepped {' → '.join(f'{f:g}' for f in section['fractions'])} × R1 "
+                 f"({section['r1_per_second']:,.0f} msg/s), OUTBOX_POLLERS_MAX {section['pollers_max']}", fontsize=12)
+    rate_ax.plot(t, per["offered"], color="black", lw=1.0, ls="--", label="offered")
+    rate_ax.plot(t, per["committed"], color="tab:blue", lw=1.0, label="committed")
+    rate_ax.plot(t, per["delivered"], color="tab:green", lw=1.0, label="delivered (stream entries)")
+    rate_ax.set_ylabel("msg/s")
+    _thousands(rate_ax)
+    rate_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    poll_ax.step(t, per["needs"], where="mid", color="black", ls="--", lw=1.0, label="needed (offered / R1, up)")
+    poll_ax.step(t, [v if v is not None else float("nan") for v in per["live_pollers"]], where="mid",
+                 color="tab:purple", lw=1.2, label="live (registry)")
+    poll_ax.plot(t, per["poller_seconds"], color="tab:orange", lw=0.8, label="poller-seconds per second")
+    poll_ax.set_ylabel("pollers")
+    poll_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    for key, style in (("lag_p99_ms", dict(color="tab:orange", lw=1.0)), ("lag_p50_ms", dict(color="tab:blue", lw=1.2))):
+        lag_ax.plot(t, [v if v is not None else float("nan") for v in per[key]],
+                    label=f"{key.split('_')[1]} per second of commits", **style)
+    _log_ms(lag_ax)
+    lag_ax.set_ylabel("commit-to-entry lag, ms (log scale)")
+    lag_ax.set_xlabel("seconds since the producers began committing")
+    lag_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    for c in section["changes"]:
+        for ax in (rate_ax, poll_ax, lag_ax):
+            ax.axvline(c["at_second"], color="grey", ls=":", lw=0.9)
     return fig

@@ -40,6 +40,9 @@ TARGETS = {
     "pollers_2_vs_1": 1.8,
     "pollers_4_vs_1": 3.2,
     "catchup_vs_pollers": 0.9,
+    "autoscale_follow_seconds": 60,
+    "autoscale_lag_p99_ms": 1000,
+    "autoscale_vs_needs": 1.1,
 }
 
 
@@ -268,6 +271,23 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             None if cu.get("drain_vs_reference") is None else
             cu["drain_vs_reference"] >= TARGETS["catchup_vs_pollers"] and cu["check"]["keys_out_of_order"] == 0
             and cu["check"]["lost"] == 0)
+    au = results.get("autoscale") or {}
+    if au.get("check"):
+        follows = [c["followed_after_seconds"] for c in au["changes"]]
+        goal = TARGETS["autoscale_follow_seconds"]
+        add(f"Autoscaling, offered load stepped {' -> '.join(f'{f:g}' for f in au['fractions'])} x R1: pollers "
+            "follow each step", f"<= {goal:g} s each way",
+            ", ".join(f"{c['direction']} {_fmt(c['followed_after_seconds'])} s" for c in au["changes"]),
+            all(f is not None and f <= goal for f in follows))
+        p99 = au["lag_outside_steps_ms"]["p99"]
+        add("... lag p99 outside the steps", f"<= {TARGETS['autoscale_lag_p99_ms']:g} ms", p99,
+            None if p99 is None else p99 <= TARGETS["autoscale_lag_p99_ms"])
+        check = au["check"]
+        add("... poller-seconds per second vs what the load needs, order kept",
+            f"<= {TARGETS['autoscale_vs_needs']:g}x, 0 keys out of order, 0 lost",
+            f"{_fmt(au['vs_needs'])}x; {check['keys_out_of_order']} out of order, {check['lost']} lost",
+            au["vs_needs"] is not None and au["vs_needs"] <= TARGETS["autoscale_vs_needs"]
+            and check["keys_out_of_order"] == 0 and check["lost"] == 0)
     concurrency = results.get("concurrency", {})
     if concurrency:
         ok = all(r["check"]["ok"] for r in concurrency.get("runs", []))
@@ -1220,6 +1240,41 @@ def scaling_lines(results: dict[str, Any]) -> list[str]:
                    + f"; {check['keys_out_of_order']} keys out of order, {check['lost']} lost, "
                    f"{check['duplicates']} duplicates.")
         out.append("")
+    out += autoscale_lines(results)
+    return out
+
+
+def autoscale_lines(results: dict[str, Any]) -> list[str]:
+    """The autoscale section: per step, each step's follow time, and the figure."""
+    au = results.get("autoscale")
+    if not au or not au.get("steps"):
+        return []
+    from . import plots
+
+    lag, check = au["lag_outside_steps_ms"], au["check"]
+    out = [f"Autoscaling (`python -m bench autoscale`; OUTBOX_POLLERS {au['pollers']}, OUTBOX_POLLERS_MAX "
+           f"{au['pollers_max']}, OUTBOX_POLLERS_ADD_AGE_SECONDS {au['add_age_seconds']:g}; producers offer "
+           f"{', then '.join(format(s['fraction'], 'g') for s in au['steps'])} × R1 for {_fmt(au['step_seconds'])} s each, "
+           f"R1 {_rate(au['r1_per_second'])} msg/s from {au['r1_from']}, over {au['keys_per_producer']} ordering "
+           f"keys each; live pollers read from the registry each second; a step is followed from when they stay "
+           f"(median of 5 s) at what the load needs to the step's end, offered / R1 rounded up, at least OUTBOX_POLLERS; the lag outside the steps "
+           f"leaves out the commits of {_fmt(au['settle_seconds'])} s after each ([decision "
+           f"0068](decisions/0068-autoscaling-figures-against-what-the-load-needs.md)){_held(au)}{_when(au)}):", "",
+           "| step | offered msg/s | committed msg/s | delivered msg/s | pollers needed | most live "
+           "| poller-seconds per second | vs needed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in au["steps"]:
+        out.append(f"| {s['fraction']:g} × R1 | {s['offered_per_second']:,} | {_rate(s['committed_per_second'])} "
+                   f"| {_rate(s['delivered_per_second'])} | {s['needs']} | {_fmt(s['live_pollers_most'])} "
+                   f"| {_fmt(s['poller_seconds_per_second'])} | {_times(s['vs_needs'])} |")
+    out += ["", "Pollers followed " + "; ".join(
+        f"the step {c['direction']} at {_fmt(c['at_second'])} s (to {c['needs_after']}) "
+        + (f"after {_fmt(c['followed_after_seconds'])} s" if c["followed_after_seconds"] is not None
+           else "not within the step") for c in au["changes"])
+        + f". Lag outside the steps p50 {_fmt(lag['p50'])} ms, p99 {_fmt(lag['p99'])} ms "
+        f"({lag['messages']:,} messages); {_fmt(au['poller_seconds_per_second'])} poller-seconds per second for "
+        f"{_fmt(au['needs_per_second'])} needed ({_times(au['vs_needs'])}); {check['keys_out_of_order']} keys out "
+        f"of order, {check['lost']} lost, {check['duplicates']} duplicates.", "",
+        plots.autoscale_figure(results).link(), ""]
     return out
 
 

@@ -16,9 +16,11 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import current_revision, head_revision, script_location, upgrade
+from outbox_relay.operations.partitions import manage_days, partitions
 from outbox_relay.producer import enqueue_event
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
@@ -144,6 +146,39 @@ def test_roles_granted_on_the_outbox_keep_working_after_the_upgrade(old_engine, 
         with old_engine.begin() as conn:
             conn.execute(text(f'DROP OWNED BY "{role}"'))
             conn.execute(text(f'DROP ROLE "{role}"'))
+
+
+def test_a_relay_role_that_does_not_own_the_tables_opens_and_drops_days_and_a_producer_role_cannot(
+        old_engine, servers):
+    # Given a relay's role and a producer's, granted as docs/deploying.md says, before 0016
+    upgrade(old_engine, "0015")
+    relay, producer = (f"outbox_test_{what}_{uuid.uuid4().hex[:8]}" for what in ("relay", "producer"))
+    with old_engine.begin() as conn:
+        for role, rights in ((relay, "SELECT, INSERT, UPDATE, DELETE"), (producer, "SELECT, INSERT")):
+            conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+            conn.execute(text(f'GRANT {rights} ON outbox_message, outbox_message_body TO "{role}"'))
+    try:
+        upgrade(old_engine)
+        with old_engine.begin() as conn:  # a day long expired, as if opened weeks ago
+            old_day = conn.execute(text("SELECT (current_date - DATE '1970-01-01') - 30")).scalar_one()
+            conn.execute(text("SELECT outbox_open_day(:d)"), {"d": old_day})
+        # When the relay's role runs the maintenance's days
+        as_relay = create_engine(old_engine.url.set(username=relay), poolclass=NullPool)
+        result = manage_days(as_relay, delivered_older_than_seconds=7 * 86400, margin_days=12)
+        # Then it opened days through the margin and dropped the expired one, as the tables' owner would
+        assert result.opened >= 1 and result.dropped == [old_day]
+        assert partitions(as_relay).margin_days == 12
+        as_relay.dispose()
+        # And a producer's role may not drop a day
+        as_producer = create_engine(old_engine.url.set(username=producer), poolclass=NullPool)
+        with pytest.raises(DBAPIError, match="permission denied"), as_producer.begin() as conn:
+            conn.execute(text("SELECT outbox_drop_day(:d, now())"), {"d": old_day + 31})
+        as_producer.dispose()
+    finally:
+        with old_engine.begin() as conn:
+            for role in (relay, producer):
+                conn.execute(text(f'DROP OWNED BY "{role}"'))
+                conn.execute(text(f'DROP ROLE "{role}"'))
 
 
 def test_a_message_deleted_by_hand_takes_its_body_and_its_id_can_be_used_again(app_engine, redis_prefix):

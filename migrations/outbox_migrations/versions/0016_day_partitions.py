@@ -47,8 +47,10 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT 
                                      / 86400000)::int), 0)
 $f$;
 
+-- The owner's rights, so that a relay's user that does not own the tables can run maintenance;
+-- callable only by the roles granted it below.
 CREATE FUNCTION outbox_open_day(d int) RETURNS boolean
-LANGUAGE plpgsql AS $f$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $f$
 BEGIN
     IF d <= 0 OR EXISTS (SELECT 1 FROM outbox_day WHERE day = d) THEN
         RETURN false;
@@ -64,9 +66,9 @@ BEGIN
 END $f$;
 
 CREATE FUNCTION outbox_drop_day(d int, keep_since timestamptz) RETURNS bigint
-LANGUAGE plpgsql AS $f$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $f$
 DECLARE
-    kept bigint;
+    kept bigint[];
 BEGIN
     IF d <= 0 THEN
         RETURN 0;
@@ -77,20 +79,16 @@ BEGIN
     -- writing this day is waited for and none starts writing it meanwhile.
     EXECUTE format('LOCK TABLE outbox_message_done_d%s, outbox_message_body_d%s, outbox_message_history_d%s '
                    'IN ACCESS EXCLUSIVE MODE', d, d, d);
-    CREATE TEMPORARY TABLE IF NOT EXISTS outbox_kept (seq bigint PRIMARY KEY) ON COMMIT DROP;
-    TRUNCATE outbox_kept;
     -- What must stay: messages not delivered yet, and those delivered within the window.
-    INSERT INTO outbox_kept
-    SELECT seq FROM outbox_message_live WHERE day = d
-    UNION
-    SELECT seq FROM outbox_message_done WHERE day = d AND delivered_at >= keep_since;
-    GET DIAGNOSTICS kept = ROW_COUNT;
-    UPDATE outbox_message SET day = 0 WHERE day = d AND seq IN (SELECT seq FROM outbox_kept);
-    UPDATE outbox_message_body SET day = 0 WHERE day = d AND seq IN (SELECT seq FROM outbox_kept);
-    UPDATE outbox_message_history SET day = 0 WHERE day = d AND seq IN (SELECT seq FROM outbox_kept);
+    kept := ARRAY(SELECT seq FROM outbox_message_live WHERE day = d
+                  UNION
+                  SELECT seq FROM outbox_message_done WHERE day = d AND delivered_at >= keep_since);
+    UPDATE outbox_message SET day = 0 WHERE day = d AND seq = ANY (kept);
+    UPDATE outbox_message_body SET day = 0 WHERE day = d AND seq = ANY (kept);
+    UPDATE outbox_message_history SET day = 0 WHERE day = d AND seq = ANY (kept);
     EXECUTE format('DROP TABLE outbox_message_done_d%s, outbox_message_body_d%s, outbox_message_history_d%s',
                    d, d, d);
-    RETURN kept;
+    RETURN cardinality(kept);
 END $f$;
 """
 
@@ -115,6 +113,26 @@ CREATE TABLE outbox_message_history (LIKE outbox_message_history_v15 INCLUDING D
                                          day int NOT NULL DEFAULT 0)
     PARTITION BY RANGE (day);
 CREATE TABLE outbox_message_history_d0 PARTITION OF outbox_message_history FOR VALUES FROM (0) TO (1);
+"""
+
+# Which days are open is no secret; opening and dropping days is the relay's maintenance, so
+# the roles that may delete messages (the relay's, decision 0066) may run it.
+DAY_RIGHTS = """
+GRANT SELECT ON outbox_day TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox_open_day(int), outbox_drop_day(int, timestamptz) FROM PUBLIC;
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT DISTINCT quote_ident(pg_get_userbyid(a.grantee)) AS grantee
+               FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+              WHERE c.oid = 'outbox_message_v15'::regclass AND a.grantee <> c.relowner AND a.grantee <> 0
+                AND a.privilege_type = 'DELETE'
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION outbox_open_day(int), outbox_drop_day(int, timestamptz) TO %s',
+                       r.grantee);
+    END LOOP;
+END
+$$;
 """
 
 FINISH = """
@@ -321,6 +339,7 @@ def upgrade() -> None:
     """)
     for t in tables:
         bind.exec_driver_sql(copy_grants(f"{t}_v15", t))
+    bind.exec_driver_sql(DAY_RIGHTS)
     bind.exec_driver_sql(FINISH)
     for what in ("bodies", "history"):
         bind.exec_driver_sql(DELETE_BY_DAY.format(what=what).replace("outbox_message_bodies", "outbox_message_body"))
