@@ -73,12 +73,12 @@ BEGIN
     IF d <= 0 THEN
         RETURN 0;
     END IF;
-    -- Closed first: an id of this day enqueued from now on goes to day 0.
+    -- The parents before their partitions, as every statement takes them (a partition first
+    -- deadlocks with them); the caller's short lock_timeout makes this the side that gives way.
+    -- Held, no statement writes the day meanwhile: a message enqueued while its day was open is here.
+    LOCK TABLE outbox_message, outbox_message_body, outbox_message_history IN ACCESS EXCLUSIVE MODE;
+    -- Closed: an id of this day enqueued from now on goes to day 0.
     DELETE FROM outbox_day WHERE day = d;
-    -- The partitions first, in the order every statement takes them, so that a statement
-    -- writing this day is waited for and none starts writing it meanwhile.
-    EXECUTE format('LOCK TABLE outbox_message_done_d%s, outbox_message_body_d%s, outbox_message_history_d%s '
-                   'IN ACCESS EXCLUSIVE MODE', d, d, d);
     -- What must stay: messages not delivered yet, and those delivered within the window.
     kept := ARRAY(SELECT seq FROM outbox_message_live WHERE day = d
                   UNION

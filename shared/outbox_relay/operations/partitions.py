@@ -3,6 +3,7 @@ the delivered window dropped whole, each drop one short transaction that waits o
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Callable
@@ -15,8 +16,11 @@ from ..db import run_with_retry
 
 #: Days kept open ahead of today: a maintenance run missed for days never leaves ids without one.
 MARGIN_DAYS = 7
-#: A drop waits this long for a lock (a long transaction on the day), then is left for the next run.
-DROP_LOCK_TIMEOUT = "2s"
+#: Opening or dropping a day locks the parent tables: each try waits this long for them, well below
+#: the deadlock timeout, so a producer or relay statement never waits long or is the deadlock's victim.
+LOCK_TIMEOUT = "200ms"
+#: Tries per opening or drop, a second apart; a day still busy is left for the next run.
+LOCK_TRIES = 10
 EPOCH = date(1970, 1, 1)
 
 
@@ -40,26 +44,37 @@ def manage_days(engine: Engine, *, delivered_older_than_seconds: float, margin_d
                 keep_going: Callable[[], bool] | None = None) -> DaysResult:
     """Open the days through `margin_days` ahead, then drop each day that ended before the window."""
     result = DaysResult()
-    result.opened = int(run_with_retry(engine, lambda c: c.execute(
-        sql.operations.open_days, {"margin_days": int(margin_days)}).scalar_one()))
+    result.opened = _with_short_locks(engine, sql.operations.open_days, {"margin_days": int(margin_days)}) or 0
     window = {"older_than_seconds": float(delivered_older_than_seconds)}
     days = run_with_retry(engine, lambda c: [r[0] for r in c.execute(sql.operations.expired_days, window)])
     for day in days:
         if keep_going is not None and not keep_going():
             break
-
-        def drop(c: Any, day: int = day) -> int:
-            c.execute(text(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'"))
-            return int(c.execute(sql.operations.drop_day, {**window, "day": day}).scalar_one())
-
-        try:
-            result.kept += run_with_retry(engine, drop)
+        kept = _with_short_locks(engine, sql.operations.drop_day, {**window, "day": day})
+        if kept is None:
+            result.skipped.append(day)
+        else:
+            result.kept += kept
             result.dropped.append(day)
+    return result
+
+
+def _with_short_locks(engine: Engine, statement: Any, params: dict[str, Any]) -> int | None:
+    """The statement's count, in a transaction that waits at most LOCK_TIMEOUT for each lock;
+    None when every try found the tables busy."""
+    def run(c: Any) -> int:
+        c.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        return int(c.execute(statement, params).scalar_one())
+
+    for attempt in range(LOCK_TRIES):
+        try:
+            return int(run_with_retry(engine, run))
         except DBAPIError as exc:
             if _sqlstate(exc) != "55P03":  # lock_not_available
                 raise
-            result.skipped.append(day)
-    return result
+            if attempt + 1 < LOCK_TRIES:
+                time.sleep(1.0)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ moved by a concurrent transaction costs a retry, not an error."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -282,3 +283,61 @@ def test_a_takeover_waiting_on_the_owners_delivery_that_moves_the_row_retries(ap
     # Taken over once, no lease left to free: the row was delivered meanwhile
     assert done == [(1, 0)]
     assert where(app_engine, m.message_id)[0] == f"outbox_message_done_d{day_of(now_utc())}"
+
+
+def test_days_opened_and_dropped_while_producers_and_a_relay_run_fail_none_of_their_statements(
+        app_engine, store, redis_prefix):
+    """Opening and dropping days lock the parent tables: they take them before any partition,
+    as every statement does, and give way after a short wait, so no producer or relay statement
+    meets a deadlock or a missing partition."""
+    old = now_utc() - timedelta(days=30)
+    days = [day_of(old) + i for i in range(4)]
+    for d in days:
+        open_day(app_engine, d)
+    with app_engine.begin() as conn:  # each expired day holds a delivered message and a waiting one
+        for d in days:
+            for i in range(2):
+                enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={"d": d, "i": i},
+                              message_id=uuid7_at(old + timedelta(days=d - days[0], seconds=i)))
+    first = store.claim("poller-a", 100, 30).messages
+    store.record("poller-a", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1") for m in first
+                              if json.loads(m.payload_json)["i"] == 0])
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_message SET delivered_at = now() - interval '29 days' "
+                          "WHERE status = 'delivered'"))
+    errors: list[BaseException] = []
+    produced: list[uuid.UUID] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while not stop.is_set():
+                with app_engine.begin() as conn:
+                    produced.extend(enqueue_events_bulk(conn, [dict(stream=redis_prefix + "s", type="t",
+                                                                    payload={"n": i}) for i in range(5)]))
+        except BaseException as exc:  # noqa: BLE001 - the assertion below names it
+            errors.append(exc)
+
+    def relay() -> None:
+        try:
+            while not stop.is_set():
+                batch = store.claim("poller-b", 50, 30).messages
+                store.record("poller-b", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "2") for m in batch])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=produce), threading.Thread(target=produce), threading.Thread(target=relay)]
+    for w in workers:
+        w.start()
+    try:
+        result = manage_days(app_engine, delivered_older_than_seconds=7 * DAY, margin_days=12)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(120)
+    assert errors == []
+    assert sorted(result.dropped) == days and result.skipped == [] and result.kept == len(days)
+    with app_engine.connect() as conn:
+        found = set(conn.execute(text("SELECT message_id FROM outbox_message WHERE message_id = ANY(:ids)"),
+                                 {"ids": [str(m) for m in produced]}).scalars())
+    assert produced and len(found) == len(produced)
