@@ -197,7 +197,6 @@ def test_the_poller_registry_statements_use_their_indexes(app_engine):
 def test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased(app_engine, relay_engine):
     # Given the state a fleet-wide crash leaves, analyzed: every message leased by an
     # invocation that died, each lease run out (the statistics say nearly all rows are leased)
-    from outbox_relay.models import Outcome, OutcomeKind
     from outbox_relay.producer import enqueue_events_bulk
 
     with app_engine.begin() as conn:
@@ -211,6 +210,26 @@ def test_an_outcome_write_reads_its_values_once_when_most_rows_are_leased(app_en
         conn.execute(text("VACUUM ANALYZE outbox_message"))
     # When a relay requeues them, claims a batch and records it delivered
     assert not store.claim("me", 1000, 60).messages and len(batch := store.claim("me", 1000, 60).messages) == 1000
+    _assert_the_outcome_write_reads_its_values_once(app_engine, store, batch)
+
+
+def test_an_outcome_write_reads_its_values_once_when_the_statistics_saw_no_lease(app_engine, relay_engine):
+    # Given a backlog analyzed before any claim: the statistics say no row is leased
+    from outbox_relay.producer import enqueue_events_bulk
+
+    with app_engine.begin() as conn:
+        enqueue_events_bulk(conn, [dict(stream="s", type="t", payload={"i": i}) for i in range(20_000)])
+    with app_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE outbox_message"))
+    store = LeaseStore(relay_engine, Channel.REDIS, default_max_attempts=10)
+    # When a relay claims a batch and records it delivered (its rows move to their day)
+    assert len(batch := store.claim("me", 1000, 60).messages) == 1000
+    _assert_the_outcome_write_reads_its_values_once(app_engine, store, batch)
+
+
+def _assert_the_outcome_write_reads_its_values_once(app_engine, store, batch) -> None:
+    from outbox_relay.models import Outcome, OutcomeKind
+
     params = {"owner": "me", "channel": "redis", "default_max_attempts": 10,
               "seqs": "{" + ",".join(str(m.seq) for m in batch) + "}", "kinds": "{" + ",".join(["delivered"] * 1000)
               + "}", "error_classes": None, "errors": None, "refs": "{" + ",".join(['"1-0"'] * 1000) + "}",

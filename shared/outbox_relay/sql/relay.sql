@@ -302,7 +302,10 @@ WITH v AS MATERIALIZED (
         last_error_class = coalesce(v.error_class, o.last_error_class)
       FROM v
      WHERE o.seq = ANY (CAST(:seqs AS bigint[])) AND o.seq = v.seq
-       AND o.status = v.status AND o.lease_owner = v.owner AND o.status = 'leased'
+       AND o.status = v.status AND o.lease_owner = v.owner
+       -- The live partition only, planned by the seqs: `= 'leased'` would offer the lease
+       -- index, estimated near-empty, and a nested loop over every outcome for every row.
+       AND o.status IN ('pending', 'leased')
     RETURNING o.seq, o.day, o.status, v.kind, o.attempts, o.available_at, v.error_class, v.error, o.delivery_ref,
               CASE WHEN o.status = 'delivered'
                    THEN EXTRACT(EPOCH FROM now() - greatest(o.created_at, o.scheduled_at)) END AS lag
