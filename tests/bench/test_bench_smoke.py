@@ -92,7 +92,7 @@ def test_bench_all_quick_runs_every_section_and_cleans_up(servers, redis_prefix,
     assert poison["ok"] and poison["poison_attempts"] == poison["max_attempts"] == 10
     assert poison["poison_error_class"] == "lease_expired" and poison["invocations_killed"] == 9
     assert poison["other_dead"] == 0 and poison["stream_entries"] == poison["distinct_ids"] == 299
-    assert results["growth"]["plans_ok"] and results["growth"]["check"]["ok"] and len(results["growth"]["cases"]) == 2
+    assert results["growth"]["plans_prune_history"] and results["growth"]["check"]["ok"] and len(results["growth"]["cases"]) == 2
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["runs"])
     ses = results["ses"]
     assert ses["check"]["ok"] and ses["busiest_second"] <= ses["max_send_rate"]
