@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import pwd
+import queue
 import shutil
 import subprocess
 import tempfile
@@ -745,9 +746,21 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
             if sampling.wait(SOAK_WINDOW):
                 return
 
+    invocations: list[dict[str, Any]] = []
+    collected = threading.Event()
+
+    def collect() -> None:  # read as they come: a full pipe would block the relay's exit and lose its last reports
+        while not (collected.is_set() and reports.empty()):
+            try:
+                invocations.append(reports.get(timeout=1.0))
+            except queue.Empty:
+                pass
+
     destination = next(iter(payloads.events(1, seed=70, streams=(stream,), prefix=env.prefix)))["stream"]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
     try:
         for i in range(SOAK_DROPS):
             time.sleep(max(0.0, t0 + (i + 1) * interval - time.time()))
@@ -776,9 +789,8 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
             relay.kill()
         lambda_model.release(relay)
         maint.dispose()
-    invocations = []
-    while not reports.empty():
-        invocations.append(reports.get())
+        collected.set()
+        collector.join()
     errors = [s["error"] for s in sent if s.get("error")] + sampler_errors
     failed_invocations = [i["error"] for i in invocations if i.get("error")]
     producer_failed: dict[str, int] = {}
