@@ -30,6 +30,10 @@ TARGETS = {
     "idle_statements_per_poll": 1.0,
     "claim_p99_growth": 1.2,
     "enqueue_p99_growth": 1.2,
+    "retention_drop_seconds": 1.0,
+    "retention_drop_vs_delete_wal": 0.1,
+    "soak_last_vs_first": 1.2,
+    "soak_size_max_over_min": 1.2,
     "peak_rss_mb_batch_5000": 256,
     "ses_fraction_of_max_send_rate": 0.90,
     "redis_cluster_vs_single": 0.7,
@@ -194,6 +198,29 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
                 None if g is None else f"{g:g}x", None if g is None else g <= goal)
         add("Claim plan uses the partial indexes in every case", "both branches on their index, no Seq Scan",
             growth.get("plans_ok"), growth.get("plans_ok"))
+        biggest = growth["cases"][-1]
+        drop, delete = biggest["retention"].get("drop"), biggest["retention"].get("delete")
+        if drop and delete:
+            wal = drop["wal_bytes"] / delete["wal_bytes"] if delete["wal_bytes"] else None
+            dead = sum(drop["dead_rows"].values())
+            met = (drop["seconds"] <= TARGETS["retention_drop_seconds"] and dead == 0 and wal is not None
+                   and wal <= TARGETS["retention_drop_vs_delete_wal"])
+            add(f"A day's retention with {large:,} delivered rows: drop's seconds, dead rows, WAL vs "
+                "the old DELETE's", f"<= {TARGETS['retention_drop_seconds']:g} s, 0, "
+                f"<= {TARGETS['retention_drop_vs_delete_wal']:g}x",
+                f"{drop['seconds']:g} s, {dead:,}, " + ("-" if wal is None else f"{wal:.3f}x"), met)
+        soak = growth.get("soak")
+        if soak:
+            goal = TARGETS["soak_last_vs_first"]
+            for what, key in (("claim", "claim_p99_ratio"), ("lag", "lag_p99_ratio")):
+                g = soak.get(key)
+                add(f"Soak of {soak['minutes']:g} min at {soak['rate']:,} msg/s, days dropped: {what} p99 in the "
+                    "last 5 min vs the first", f"<= {goal:g}x", None if g is None else f"{g:g}x",
+                    None if g is None else g <= goal)
+            size = soak.get("bytes_after_drops_max_over_min")
+            add("... the three tables' size once days are dropped, largest vs smallest (a day's rows apart)",
+                f"<= {TARGETS['soak_size_max_over_min']:g}x", None if size is None else f"{size:g}x",
+                None if size is None else size <= TARGETS["soak_size_max_over_min"])
     memory = {m["batch_size"]: m for m in results.get("memory", {}).get("runs", [])}
     peak = memory.get(5000, {}).get("peak_rss_mb")
     add("Peak RSS of an invocation at batch 5,000", f"< {TARGETS['peak_rss_mb_batch_5000']} MB",
