@@ -87,7 +87,8 @@ def _run_poller(deps: Dependencies, deadline: Deadline, owner: str, window: Metr
         with HeartbeatThread(handover, settings.poller_ttl_seconds / BEATS_PER_TTL,
                              join_seconds=min(2.0, settings.deadline_margin_seconds / 2)):
             summary = RelayLoop(deps.store, deps.publisher, deps.policy, handover.deadline(), owner,
-                                     on_progress=progress, may_claim=handover.may_claim).run()
+                                     on_progress=progress, may_claim=handover.may_claim,
+                                     part=handover.claim_part).run()
         failed = False
     finally:
         handover.finish(failed=failed)

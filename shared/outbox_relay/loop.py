@@ -27,7 +27,7 @@ from .observability import logger as log
 from .publishers.base import Deadline, Publisher
 from .publishers.registry import spec_for
 from .recording import Batch, Recorder
-from .store import DEFAULT_BATCH_MAX_BYTES, LOCKED_HEAD_RECHECK_SECONDS, RecordResult, Store
+from .store import DEFAULT_BATCH_MAX_BYTES, LOCKED_HEAD_RECHECK_SECONDS, Part, RecordResult, Store
 from .summary import Summary
 from .tracing import batch_span
 
@@ -58,8 +58,9 @@ class RelayLoop:
 
     def __init__(self, store: Store, publisher: Publisher, policy: RelayPolicy, deadline: Deadline, owner: str, *,
                  on_progress: Callable[[Summary], None] | None = None, sleep: Callable[[float], Any] = time.sleep,
-                 may_claim: Callable[[], bool] | None = None) -> None:
+                 may_claim: Callable[[], bool] | None = None, part: Callable[[], Part | None] | None = None) -> None:
         self.store, self.publisher, self.policy = store, publisher, policy
+        self.part, self.anywhere = part, False
         self.deadline, self.owner, self.sleep, self.may_claim = deadline, owner, sleep, may_claim
         self.base_owner, self.tokens = owner, 0
         self.summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
@@ -158,7 +159,8 @@ class RelayLoop:
         epoch = self.turns.committed if self.turns is not None else None
         owner = self.owner
         try:
-            claim = self.store.claim(owner, limit, policy.lease_seconds, self.max_bytes)
+            part = None if self.anywhere or self.part is None else self.part()
+            claim = self.store.claim(owner, limit, policy.lease_seconds, self.max_bytes, part)
         except Exception as exc:
             if not self.polls or not database_unreachable(exc):
                 raise
@@ -167,6 +169,9 @@ class RelayLoop:
             self.tokens += 1
             self.owner = f"{self.base_owner}/{self.tokens}"
             return DATABASE_UNREACHABLE
+        # Nothing claimable in its part: the next claim, at once, takes any key (a part whose poller
+        # died or is busy), the one after it its part again.
+        self.anywhere = part is not None and not claim.messages
         batch = Batch(claim, limit, owner, epoch)
         summary.claimed += len(claim.messages)
         summary.last_claim_found = bool(claim.messages)
@@ -231,7 +236,7 @@ class RelayLoop:
                     or batch.claim.scanned > 0 or batch.claim.requeued > 0)
         # Moved rows leave the window for good, so the next claim scans past them;
         # a full window of rows out of turn alone would only be scanned again.
-        if batch.moved_from_full:
+        if batch.moved_from_full or self.anywhere:
             return True
         if batch.waiting_on_a_lock:
             # Its rows are moved out of the scan once the lock outlasts any claim's.

@@ -18,6 +18,7 @@ from . import sql
 from .db import retry_while_unreachable, run_with_retry
 from .publishers.base import Deadline
 from .publishers.registry import Channel
+from .store import Part
 
 #: Heartbeats per registration time-to-live: a renewal that fails now and then
 #: (a slow statement, a dropped connection) does not let the registration expire.
@@ -45,6 +46,8 @@ class Renewal:
     expired: int = 0
     at: str | None = None  # the database's now(), the reference of `older_unaware`
     backlog_age: float = 0.0
+    part: int = 0  # its slot's place among the live slots, and their count
+    parts: int = 1
 
 
 class Registry(Protocol):
@@ -79,9 +82,11 @@ class PollerRegistry:
         return (None if gap is None else float(gap)), int(live), int(slot)
 
     def renew(self, owner: str, aware_after: str | None) -> Renewal:
-        at, registered, newer, others, unaware, expired, age = run_with_retry(self.engine, lambda c: c.execute(
-            sql.relay.renew_poller, self._params(owner=owner, aware_after=aware_after)).one())
-        return Renewal(bool(registered), int(newer), int(others), int(unaware), int(expired), at, float(age or 0))
+        at, registered, newer, others, unaware, expired, age, part, parts = run_with_retry(
+            self.engine, lambda c: c.execute(sql.relay.renew_poller,
+                                             self._params(owner=owner, aware_after=aware_after)).one())
+        return Renewal(bool(registered), int(newer), int(others), int(unaware), int(expired), at, float(age or 0),
+                       int(part), int(parts))
 
     def take_over(self) -> tuple[int, int]:
         pollers, messages = run_with_retry(self.engine, lambda c: c.execute(
@@ -122,6 +127,7 @@ class Handover:
         self.gap_seconds: float | None = None
         self.successor: str | None = None  # requested | not_started | refused | not_needed
         self._aware_after: str | None = None
+        self.part: Part | None = None  # the keys this poller claims first (decision 0070)
         self._started_left = deadline.seconds_left()
         self._starting: threading.Thread | None = None
         self._metrics: list[tuple[str, float]] = []
@@ -135,6 +141,9 @@ class Handover:
 
     def may_claim(self) -> bool:
         return not (self.rate_shared and self.older_unaware)
+
+    def claim_part(self) -> Part | None:
+        return self.part
 
     def rate_share(self) -> float:
         return 1.0 / (1 + self.others)
@@ -165,6 +174,7 @@ class Handover:
             if renewal.others != self.others:
                 self._metric(obs.POLLERS, 1 + renewal.others)
             self.others, self.older_unaware, self._age = renewal.others, unaware, renewal.backlog_age
+            self.part = (renewal.part, renewal.parts) if renewal.parts > 1 else None
             if not renewal.registered and not self.leaving:
                 # Another poller found it expired and took its leases over: this one counts as dead.
                 self.leaving = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import secrets
 import threading
@@ -29,6 +30,14 @@ LOCKED_HEAD_CONFIRM_SECONDS = 0.5
 LOCKED_HEAD_RECHECK_SECONDS = 0.05
 LOCKED_HOLD_MIN_SECONDS = 1.0
 LOCKED_HOLD_MAX_SECONDS = 30.0
+
+#: (part, parts): a claim that takes keyed rows only of keys in `part` of `parts` (`part_of`).
+Part = tuple[int, int]
+
+
+def part_of(key: str, parts: int) -> int:
+    """A key's part of `parts`, as relay.sql's `part_of`: the first 32 bits of its md5."""
+    return int(hashlib.md5(key.encode()).hexdigest()[:8], 16) % parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +86,7 @@ class Store(ABC):
 
     @abstractmethod
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult: ...
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES, part: Part | None = None) -> ClaimResult: ...
 
     @abstractmethod
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult: ...
@@ -103,11 +112,11 @@ class LeaseStore(Store):
         self.locked_hold_seconds = (LOCKED_HOLD_MIN_SECONDS, LOCKED_HOLD_MAX_SECONDS)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES, part: Part | None = None) -> ClaimResult:
         if limit <= 0:
             return ClaimResult()
         confirmed = self.locked_heads.confirmed()
-        params = self.claim_parameters(owner, limit, lease_seconds, max_bytes, locked_heads=confirmed)
+        params = self.claim_parameters(owner, limit, lease_seconds, max_bytes, locked_heads=confirmed, part=part)
         rows = run_with_retry(self.engine, lambda conn: conn.execute(sql.relay.claim, params).fetchall())
         if not rows:
             return ClaimResult()
@@ -122,7 +131,7 @@ class LeaseStore(Store):
 
     def claim_parameters(self, owner: str, limit: int, lease_seconds: float,
                          max_bytes: int = DEFAULT_BATCH_MAX_BYTES, *,
-                         locked_heads: Sequence[str] | None = None) -> dict[str, object]:
+                         locked_heads: Sequence[str] | None = None, part: Part | None = None) -> dict[str, object]:
         """The bound values of `sql.relay.claim` for these arguments (also for EXPLAIN)."""
         return {"channel": self.channel.value, "limit": int(limit), "owner": owner,
                 "lease_seconds": float(lease_seconds), "default_max_attempts": self.default_max_attempts,
@@ -131,7 +140,8 @@ class LeaseStore(Store):
                 "locked_heads": text_array_literal(self.locked_heads.confirmed() if locked_heads is None
                                                   else locked_heads),
                 "locked_hold_min_seconds": float(self.locked_hold_seconds[0]),
-                "locked_hold_max_seconds": float(self.locked_hold_seconds[1])}
+                "locked_hold_max_seconds": float(self.locked_hold_seconds[1]),
+                "part": part[0] if part else None, "parts": part[1] if part else None}
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         if not outcomes:

@@ -19,8 +19,10 @@ from .store import (
     LOCKED_HOLD_MIN_SECONDS,
     ClaimResult,
     LockedHeads,
+    Part,
     RecordResult,
     Store,
+    part_of,
 )
 
 REQUEUED = "lease expired: its holder died or overran its lease; back in the queue"
@@ -94,7 +96,7 @@ class InMemoryStore(Store):
         return len(moved)
 
     def claim(self, owner: str, limit: int, lease_seconds: float,
-              max_bytes: int = DEFAULT_BATCH_MAX_BYTES) -> ClaimResult:
+              max_bytes: int = DEFAULT_BATCH_MAX_BYTES, part: Part | None = None) -> ClaimResult:
         if limit <= 0:
             return ClaimResult()
         now, block = self.now, self.ordering_on_dead is OrderingOnDead.BLOCK
@@ -114,6 +116,8 @@ class InMemoryStore(Store):
                 if len(due) >= limit:
                     break
                 if r.status is not Status.PENDING or r.available_at > now or r.locked_by is not None:
+                    continue
+                if part is not None and r.key is not None and part_of(r.key, part[1]) != part[0]:
                     continue
                 turn = self._turn_of(r, owner, block) if r.key is not None else None
                 if turn != math.inf:

@@ -15,7 +15,7 @@ from outbox_relay.errors import DownstreamUnavailable
 from outbox_relay.models import ClaimedMessage, DeliveryResult, ErrorClass, Outcome
 from outbox_relay.publishers.base import Deadline, Publisher, RecordResults
 from outbox_relay.publishers.registry import Channel
-from outbox_relay.store import ClaimResult, RecordResult
+from outbox_relay.store import ClaimResult, Part, RecordResult
 from outbox_relay.testing import InMemoryStore, StoredMessage
 
 
@@ -39,7 +39,8 @@ class FakeStore(InMemoryStore):
         fields.setdefault("payload_json", '{"n":%d}' % (max(self.rows, default=0) + 1))
         return super().add(**fields)
 
-    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = 1 << 30) -> ClaimResult:
+    def claim(self, owner: str, limit: int, lease_seconds: float, max_bytes: int = 1 << 30,
+              part: Part | None = None) -> ClaimResult:
         self.claims.append((owner, limit))
         self.claim_bytes.append(max_bytes)
         return super().claim(owner, limit, lease_seconds, max_bytes)

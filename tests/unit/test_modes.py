@@ -211,7 +211,7 @@ def test_nothing_is_claimed_ahead_of_a_suspect_even_when_its_claim_requeued_leas
             super().__init__(5)
             self.recorded_when_claimed: list[int] = []
 
-        def claim(self, owner, limit, lease_seconds, max_bytes=1 << 30):
+        def claim(self, owner, limit, lease_seconds, max_bytes=1 << 30, part=None):
             self.recorded_when_claimed.append(len(self.records))
             if len(self.claims) == 0:
                 return replace(super().claim(owner, 1, lease_seconds, max_bytes), suspect=True, requeued=3, scanned=0)

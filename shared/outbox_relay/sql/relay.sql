@@ -47,6 +47,11 @@ CASE WHEN h.dead_seq < m.seq THEN now() + make_interval(secs => :dead_hold_secon
      WHEN h.ours THEN '-infinity'
      ELSE 'infinity' END
 
+-- name: part_of
+-- Which of :parts parts row `m`'s key falls in: the first 32 bits of the key's
+-- md5 (InMemoryStore computes the same), so a key's rows share a part.
+mod(CAST(('x' || left(md5(m.key), 8)) AS bit(32))::bigint, :parts)
+
 -- name: claim
 -- Claim up to :limit messages of :channel for :lease_seconds under :owner, at most
 -- :max_bytes of payload, in one statement (docs/design.md, "The claim"):
@@ -57,7 +62,8 @@ CASE WHEN h.dead_seq < m.seq THEN now() + make_interval(secs => :dead_hold_secon
 --    marked lease_expired); of those that expired again, one, first of its key,
 --    is re-claimed alone (a suspect: its holder died, maybe because of it) and
 --    nothing else is claimed;
--- 2. else due pending rows oldest first (outbox_message_pending_due_idx), a row
+-- 2. else due pending rows oldest first (outbox_message_pending_due_idx), with
+--    :parts, keyed rows only of part :part ("part_of"), a row
 --    with a key only in its key's turn ("turn_of"): rows of a key whose first
 --    message waits are moved out of the way, and of a key's rows only those
 --    with every earlier one claimed with them or ours in flight are claimed.
@@ -122,6 +128,7 @@ WITH expired AS (
       LEFT JOIN LATERAL ({{key_head}}) h ON m.key IS NOT NULL
       CROSS JOIN LATERAL (SELECT {{turn_of}} AS turn) t
      WHERE m.status = 'pending' AND m.channel = :channel AND m.available_at <= now()
+       AND (CAST(:parts AS int) IS NULL OR m.key IS NULL OR {{part_of}} = :part)
        AND (t.turn IS NULL OR t.turn < 'infinity')
      ORDER BY m.available_at, m.seq
      LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM suspect) THEN 0 ELSE :limit END)
@@ -397,7 +404,8 @@ SELECT me.gap_seconds, prior.live, me.slot FROM me, prior
 -- registrations: live ones of its slot newer than it (it should leave), live ones in all,
 -- older live ones that have not renewed since :aware_after (they may not have
 -- seen it yet), expired ones whose leases nobody took over, and the channel's
--- oldest pending age (what adds a poller, and lets an added one go). One round trip
+-- oldest pending age (what adds a poller, and lets an added one go), and its
+-- slot's place among the live slots and their count (its part of the keys). One round trip
 -- a heartbeat; `registered` is false when the row is gone or was taken over
 -- (another poller found it expired and took its leases: it must stop).
 WITH me AS (
@@ -415,7 +423,9 @@ SELECT now()::text,
                           AND p.seen_at <= CAST(:aware_after AS timestamptz)),
        count(*) FILTER (WHERE p.left_at IS NULL AND p.taken_over_at IS NULL AND p.expires_at <= now()
                           AND p.owner <> me.owner),
-       (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c)
+       (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c),
+       count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot < me.slot),
+       count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot <> me.slot) + 1
   FROM me LEFT JOIN recent p ON true
 
 -- name: take_over_pollers

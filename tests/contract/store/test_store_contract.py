@@ -5,8 +5,10 @@ judged by the rows each holds. A store, or a change to the claim, is done when i
 
 from __future__ import annotations
 
+import pytest
+
 from outbox_relay.models import OrderingOnDead, Outcome, OutcomeKind, Status
-from outbox_relay.store import DEAD_HOLD_SECONDS, LOCKED_HEAD_CONFIRM_SECONDS, LeaseStore, Store
+from outbox_relay.store import DEAD_HOLD_SECONDS, LOCKED_HEAD_CONFIRM_SECONDS, LeaseStore, Store, part_of
 from outbox_relay.testing import InMemoryStore
 
 from .conftest import HARNESSES
@@ -274,9 +276,11 @@ def test_several_pollers_claiming_in_turn_never_share_a_lease_and_keep_each_keys
     assert sorted(done) == sorted(key_of) and _in_key_order(key_of, done)
 
 
-def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys_order(harness) -> None:
+@pytest.mark.parametrize("parted", [False, True], ids=["whole", "parts"])
+def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys_order(harness, parted) -> None:
     # Given a keyed backlog and four threads claiming at once (the in-memory store is one
-    # transaction at a time: its calls are serialised, interleaved by the threads)
+    # transaction at a time: its calls are serialised, interleaved by the threads); with
+    # parts, each claims its part of the keys, and any key once when its part had nothing
     import threading
 
     store = harness.make()
@@ -295,9 +299,11 @@ def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys
 
     def poller(owner: str) -> None:
         try:
-            idle = 0
+            idle, anywhere = 0, False
             while idle < 20:
-                got = seqs(call(store.claim, owner, 2, LEASE))
+                part = (int(owner[1:]), 4) if parted and not anywhere else None
+                got = seqs(call(store.claim, owner, 2, LEASE, 1 << 30, part))
+                anywhere = part is not None and not got
                 idle = 0 if got else idle + 1
                 with guard:
                     assert not set(got) & set(leased), (owner, got, leased)
@@ -325,3 +331,26 @@ def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys
     # Then no message was leased twice at once, each went once, each key's in seq order
     assert not errors, errors
     assert sorted(done) == sorted(key_of) and _in_key_order(key_of, done)
+
+
+def test_a_claim_with_a_part_takes_only_its_parts_keys_and_any_claim_takes_the_rest(harness) -> None:
+    # Given keys of both parts of two, interleaved, and two messages without a key
+    store = harness.make()
+    keys = [f"k{i}" for i in range(12)]
+    assert {part_of(k, 2) for k in keys} == {0, 1}
+    rows = {k: [] for k in keys}
+    for _ in range(2):
+        for k in keys:
+            rows[k] += harness.add(1, key=k)
+    keyless = harness.add(2)
+
+    # When the pollers of parts 0 and 1 claim
+    mine = seqs(store.claim("p0", 100, LEASE, 1 << 30, (0, 2)))
+    theirs = seqs(store.claim("p1", 1, LEASE, 1 << 30, (1, 2)))
+
+    # Then each takes its part's keys in turn (and the keyless rows, anyone's), never the other's
+    assert mine == sorted([s for k in keys if part_of(k, 2) == 0 for s in rows[k]] + keyless)
+    assert theirs == [min(s for k in keys if part_of(k, 2) == 1 for s in rows[k])]
+    # and a claim without a part takes the keys no poller holds, whatever their part
+    rest = [s for k in keys if part_of(k, 2) == 1 and theirs[0] not in rows[k] for s in rows[k]]
+    assert seqs(store.claim("p0", 100, LEASE)) == sorted(rest)
