@@ -29,6 +29,7 @@ class FakeStore(InMemoryStore):
         super().__init__(default_max_attempts=3)
         self.claims: list[tuple[str, int]] = []
         self.claim_bytes: list[int] = []
+        self.parts: list[Part | None] = []
         self.records: list[list[Outcome]] = []
         self.steal: set[int] = set()
         self.fail_record: BaseException | None = None
@@ -43,7 +44,8 @@ class FakeStore(InMemoryStore):
               part: Part | None = None) -> ClaimResult:
         self.claims.append((owner, limit))
         self.claim_bytes.append(max_bytes)
-        return super().claim(owner, limit, lease_seconds, max_bytes)
+        self.parts.append(part)
+        return super().claim(owner, limit, lease_seconds, max_bytes, part)
 
     def record(self, owner: str, outcomes: Sequence[Outcome]) -> RecordResult:
         if self.fail_record is not None:

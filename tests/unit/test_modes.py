@@ -222,3 +222,27 @@ def test_nothing_is_claimed_ahead_of_a_suspect_even_when_its_claim_requeued_leas
     RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.DRAIN), clock.deadline, "me", sleep=clock.sleep).run()
     # Then the next claim began only once the suspect's outcome was written (it may crash the process)
     assert store.recorded_when_claimed[:2] == [0, 1] and delivered(store) == [1, 2, 3, 4, 5]
+
+
+def test_a_poller_whose_part_has_nothing_claims_any_key_at_once_then_its_part_again():
+    # Given a poller of part 0 of 2 and a backlog only of keys in part 1 (their poller died)
+    from outbox_relay.store import part_of
+
+    other = next(k for k in (f"k{i}" for i in range(20)) if part_of(k, 2) == 1)
+    store, clock = FakeStore(0), FakeClock(seconds=2.0, margin=0.5)
+    for _ in range(3):
+        store.add(key=other)
+
+    claims_at_sleep: list[int] = []
+    clock.on_sleep = lambda now: claims_at_sleep.append(len(store.parts))
+
+    # When it polls in latency mode
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+              sleep=clock.sleep, part=lambda: (0, 2)).run()
+
+    # Then its empty claim of its part is followed, without a wait, by one of any key, which takes
+    # the other part's messages in order; each claim after a claim of any key is of its part again
+    assert store.parts[:4] == [(0, 2), None, (0, 2), None] and claims_at_sleep[0] == 4
+    assert delivered(store) == [1, 2, 3]
+    assert all(a is not None for a, b in zip(store.parts, store.parts[1:]) if b is None)
+    assert clock.sleeps.count(0.1) >= 5  # idle: a pair of claims per poll interval, not a tight loop
