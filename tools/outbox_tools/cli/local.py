@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from outbox_migrations import current_revision, upgrade
+from outbox_migrations import online as online_path
 from outbox_relay.config import get_settings
 from outbox_relay.errors import ConfigurationError, InvalidEventError
 from outbox_relay.observability import logger
@@ -26,11 +27,24 @@ from . import common
 
 
 @click.command()
-def migrate() -> None:
+@click.option("--online", is_flag=True,
+              help="Migration 0016 with producers and relays running: prepare, copy in batches, then a short swap "
+                   "(docs/operating.md); run again until it says upgraded.")
+@click.option("--seconds", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="With --online: stop copying after this long (the next run goes on).")
+def migrate(online: bool, seconds: float) -> None:
     """Create or upgrade the outbox schema (Alembic; running it twice is harmless)."""
     engine = common.engine()
     try:
         before = current_revision(engine)
+        if online and before is not None and before < "0016":
+            if before != "0015":
+                upgrade(engine, "0015")
+            online_path.prepare(engine)
+            copied, mark = online_path.copy(engine, seconds)
+            if copied < mark:
+                click.echo(f"online migration: {copied} of {mark} seqs copied; run it again to go on")
+                return
         upgrade(engine)
         after = current_revision(engine)
     finally:
