@@ -12,11 +12,15 @@ from typing import Iterator
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import current_revision, online, upgrade
 from outbox_relay import runtime
+from outbox_relay.models import Outcome
 from outbox_relay.producer import enqueue_event
+from outbox_relay.publishers.registry import Channel
+from outbox_relay.store import LeaseStore
 from outbox_tools.lambda_local import LocalContext, load_handler
 from outbox_tools.servers import create_database, drop_database, with_database
 
@@ -203,7 +207,9 @@ def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_pre
     # And the schema is the one a plain upgrade makes
     plain = fresh_db()
     upgrade(plain)
-    assert catalog(engine) == catalog(plain)
+    schema = catalog(engine)
+    assert schema == catalog(plain)
+    assert len(schema[0]) > 60 and len(schema[5]) > 10  # the partitions, the functions
 
 
 def test_a_running_deployment_moves_to_day_partitions_online(fresh_db, monkeypatch, relay_env, redis_client,
@@ -216,3 +222,49 @@ def test_a_running_deployment_moves_to_day_partitions_online(fresh_db, monkeypat
 def test_a_million_rows_move_online_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix):
     migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix, seeded=1_000_000,
                        backlog=20_000, batch=5000)
+
+
+# The previous version's enqueue statement (0015): its conflict target is the old unique key.
+PREVIOUS_ENQUEUE = text("""
+WITH body AS (
+    INSERT INTO outbox_message_body (message_id, payload, headers)
+    VALUES (CAST(:id AS uuid), CAST('{"n": 1}' AS json), NULL)
+    ON CONFLICT (message_id) DO NOTHING
+    RETURNING seq, message_id, payload
+)
+INSERT INTO outbox_message (seq, message_id, channel, destination, type, payload_bytes)
+SELECT seq, message_id, 'redis', 'orders', 'previous', octet_length(payload::text) FROM body
+""")
+
+
+def test_leases_taken_before_the_swap_are_fenced_after_it_and_the_previous_enqueue_lasts_until_it(fresh_db):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    ids = [uuid.uuid4() for _ in range(3)]
+    with engine.begin() as conn:
+        for m in ids:
+            conn.execute(PREVIOUS_ENQUEUE, {"id": m})
+    online.prepare(engine)
+    # Given the previous library's enqueue, which still works on the prepared tables
+    late = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(PREVIOUS_ENQUEUE, {"id": late})
+    # And two messages leased by a relay before the swap
+    store = LeaseStore(create_engine(engine.url, isolation_level="AUTOCOMMIT", poolclass=NullPool),
+                       Channel.REDIS, default_max_attempts=5)
+    claimed = store.claim("owner-a", 2, 300).messages
+    assert [m.message_id for m in claimed] == [str(m) for m in ids[:2]]
+    online.copy(engine, 60)
+
+    # When the new tables are swapped in
+    upgrade(engine)
+
+    # Then the owner's outcome finds its rows and its fence: a stranger's is refused, the owner's written
+    assert store.record("owner-b", [Outcome.delivered(claimed[0].seq, "1-0")]).lease_lost == 1
+    assert store.record("owner-a", [Outcome.delivered(m.seq, "1-0") for m in claimed]).delivered == 2
+    # And the rest is claimed as usual, the previous library's message included
+    assert [m.message_id for m in store.claim("owner-c", 10, 30).messages] == [str(ids[2]), str(late)]
+    store.engine.dispose()
+    # And the previous library's enqueue fails on the new tables: it must be replaced before the swap
+    with pytest.raises(DBAPIError, match="ON CONFLICT"), engine.begin() as conn:
+        conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
