@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Iterator
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -21,6 +22,7 @@ from outbox_relay.models import Outcome
 from outbox_relay.producer import enqueue_event
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
+from outbox_tools.cli import main
 from outbox_tools.lambda_local import LocalContext, load_handler
 from outbox_tools.servers import create_database, drop_database, with_database
 
@@ -268,3 +270,31 @@ def test_leases_taken_before_the_swap_are_fenced_after_it_and_the_previous_enque
     # And the previous library's enqueue fails on the new tables: it must be replaced before the swap
     with pytest.raises(DBAPIError, match="ON CONFLICT"), engine.begin() as conn:
         conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+
+
+def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_db, monkeypatch):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+
+    def outbox(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    # When `outbox migrate --online` runs until it says copied, the schema stays at 0015
+    assert "copied and kept in step" in outbox("migrate", "--online")
+    assert "copied and kept in step" in outbox("migrate", "--online")  # again: nothing more to do
+    assert current_revision(engine) == "0015"
+    # Then `outbox migrate` swaps the tables in, every row kept
+    assert "upgraded from 0015" in outbox("migrate")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message JOIN outbox_message_body USING (seq, day)")
+                            ).scalar_one() == 50
+    # And --online on the new schema is refused in one line
+    result = CliRunner().invoke(main, ["migrate", "--online"])
+    assert result.exit_code == 2 and "--online: the schema is at 0016" in result.output

@@ -28,8 +28,8 @@ from . import common
 
 @click.command()
 @click.option("--online", is_flag=True,
-              help="Migration 0016 with producers and relays running: prepare, copy in batches, then a short swap "
-                   "(docs/operating.md); run again until it says upgraded.")
+              help="Before migration 0016 on a running deployment: build and fill its tables beside the old ones "
+                   "(resumable; run again until it says copied); the next upgrade swaps them in (docs/operating.md).")
 @click.option("--seconds", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="With --online: stop copying after this long (the next run goes on).")
 def migrate(online: bool, seconds: float) -> None:
@@ -37,14 +37,18 @@ def migrate(online: bool, seconds: float) -> None:
     engine = common.engine()
     try:
         before = current_revision(engine)
-        if online and before is not None and before < "0016":
+        if online:
+            if before is None or before >= "0016":
+                raise click.UsageError(f"--online: the schema is at {before or 'no revision'}; "
+                                       "it is for a schema before 0016")
             if before != "0015":
                 upgrade(engine, "0015")
             online_path.prepare(engine)
             copied, mark = online_path.copy(engine, seconds)
-            if copied < mark:
-                click.echo(f"online migration: {copied} of {mark} seqs copied; run it again to go on")
-                return
+            click.echo(f"online migration: seqs up to {copied} of {mark} copied; "
+                       + ("run it again to go on" if copied < mark else
+                          "copied and kept in step; `outbox migrate` or the next deploy swaps them in"))
+            return
         upgrade(engine)
         after = current_revision(engine)
     finally:
