@@ -168,8 +168,12 @@ def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_pre
         time.sleep(1.0)
         partial = online.copy(engine, 0.001, batch=batch)
         assert partial[0] < partial[1]
+        started = time.monotonic()
         assert online.copy(engine, 3600, batch=batch)[0] == partial[1]
+        copied = time.monotonic()
         upgrade(engine)
+        print(f"online migration of {seeded} rows: copy {copied - started:.1f} s, "
+              f"swap {time.monotonic() - copied:.2f} s")
         assert current_revision(engine) == "0016"
         time.sleep(2.0)
     finally:
@@ -205,6 +209,7 @@ def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_pre
                             ).scalar_one() == total
         assert conn.execute(text("SELECT count(DISTINCT day) FROM outbox_message")).scalar_one() >= 4
     # And no enqueue waited a second, the swap included
+    print(f"enqueues: {len(stalls)}, longest {max(stalls):.3f} s")
     assert max(stalls) < 1.0, sorted(stalls)[-5:]
     # And the schema is the one a plain upgrade makes
     plain = fresh_db()
