@@ -18,8 +18,10 @@ partitions, retention by dropping days (docs/decisions/0066, amending 0065).
   keep_since)` closes it, moves to day 0 what must stay (rows not delivered, rows delivered
   since `keep_since`) and drops its partitions. Day 0 holds every other id.
 
-The copy is offline: the three tables are locked for it (a live deployment: docs/operating.md).
-Every row is placed by `outbox_id_day` after the window's days are opened, as producers will.
+The copy is offline: the three tables are locked for it. Every row is placed by `outbox_id_day`
+after the window's days are opened, as producers will. When `outbox migrate --online` has built
+and filled the tables beside the old ones (schema `outbox_online`, docs/decisions/0069), the
+upgrade only swaps them in, to the same result.
 
 Revision ID: 0016
 Revises: 0015
