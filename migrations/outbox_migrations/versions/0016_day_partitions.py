@@ -464,7 +464,7 @@ ALTER TABLE outbox_message_body_old RENAME TO outbox_message_body;
 ALTER TABLE outbox_message_history_old RENAME TO outbox_message_history;
 ALTER SEQUENCE outbox_message_body_old_seq_seq RENAME TO outbox_message_body_seq_seq;
 ALTER SEQUENCE outbox_message_history_old_id_seq RENAME TO outbox_message_history_id_seq;
-SELECT setval('outbox_message_body_seq_seq', {body_after}, false);
+SELECT setval('outbox_message_body_seq_seq', coalesce((SELECT max(seq) FROM outbox_message_body), 0) + 1, false);
 SELECT setval('outbox_message_history_id_seq', coalesce((SELECT max(id) FROM outbox_message_history), 0) + 1,
               false);
 ALTER TABLE outbox_message_body RENAME CONSTRAINT outbox_message_body_old_pkey TO outbox_message_body_pkey;
