@@ -3,7 +3,7 @@ built beside the old ones in a schema of their own, kept in step with every writ
 on the old tables, filled in short batches, and swapped in by 0016 in one short transaction.
 
 `prepare` and `copy` are resumable: each step records where it is, and each transaction is
-short; `outbox migrate --online` runs them within a time budget and then the swap.
+short; `outbox migrate --online` runs them within a time budget, and the next upgrade swaps.
 """
 
 from __future__ import annotations
