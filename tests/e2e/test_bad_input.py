@@ -353,6 +353,7 @@ def _bad_options(files: dict[str, str]) -> list[BadOption]:
         BadOption(("relay",), "--timeout", "0", "--timeout"), BadOption(("relay",), "--timeout", "901", "--timeout"),
         BadOption(("relay",), "--timeout", "abc", "--timeout"),
         BadOption(("relay",), "--function", "nonexistent", "--function"),
+        BadOption(("migrate",), "--seconds", "0", "--seconds", extra=("--online",)),
         BadOption(("demo",), "--database-name", "x; DROP", "--database-name"),
         BadOption(("demo",), "--database-name", "postgres", "--database-name: database postgres exists already"),
         BadOption(("demo",), "--prefix", "", "--prefix"), BadOption(("demo",), "--prefix", "{x}", "--prefix"),

@@ -18,14 +18,19 @@ partitions, retention by dropping days (docs/decisions/0066, amending 0065).
   keep_since)` closes it, moves to day 0 what must stay (rows not delivered, rows delivered
   since `keep_since`) and drops its partitions. Day 0 holds every other id.
 
-The copy is offline: the three tables are locked for it (a live deployment: docs/operating.md).
-Every row is placed by `outbox_id_day` after the window's days are opened, as producers will.
+The copy is offline: the three tables are locked for it. Every row is placed by `outbox_id_day`
+after the window's days are opened, as producers will. When `outbox migrate --online` has built
+and filled the tables beside the old ones (schema `outbox_online`, docs/decisions/0069), the
+upgrade only swaps them in, to the same result.
 
 Revision ID: 0016
 Revises: 0015
 Create Date: 2026-12-06
 """
+import time
+
 from alembic import op
+from sqlalchemy.exc import DBAPIError
 
 from outbox_migrations.grants import copy_grants
 
@@ -37,7 +42,7 @@ depends_on = None
 #: Days opened by the upgrade on either side of today: the default delivered window and margin.
 DAYS_BEHIND, DAYS_AHEAD = 7, 7
 
-FUNCTIONS = """
+ID_DAY = """
 CREATE FUNCTION outbox_id_day(id uuid) RETURNS int
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
     -- A UUIDv7's first 48 bits are its Unix milliseconds; any other id, or a day not open: 0.
@@ -46,7 +51,9 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path FROM CURRENT 
                         AND d.day = (('x' || lpad(substr(replace(id::text, '-', ''), 1, 12), 16, '0'))::bit(64)::bigint
                                      / 86400000)::int), 0)
 $f$;
+"""
 
+FUNCTIONS = """
 -- The owner's rights, so that a relay's user that does not own the tables can run maintenance;
 -- callable only by the roles granted it below.
 CREATE FUNCTION outbox_open_day(d int) RETURNS boolean
@@ -92,9 +99,9 @@ BEGIN
 END $f$;
 """
 
-TABLES = """
-CREATE TABLE outbox_day (day int PRIMARY KEY CHECK (day > 0));
+DAYS = "CREATE TABLE outbox_day (day int PRIMARY KEY CHECK (day > 0))"
 
+TABLES = """
 CREATE TABLE outbox_message (LIKE outbox_message_v15 INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
                                  day int NOT NULL DEFAULT 0)
     PARTITION BY LIST (status);
@@ -137,18 +144,22 @@ $$;
 
 FINISH = """
 DROP TABLE outbox_message_v15, outbox_message_body_v15, outbox_message_history_v15;
+"""
+
+# The sequences go on after the highest id copied ({body_after} and {history_after}).
+SEQUENCES = """
 
 -- Drawn through functions of the owner's: whoever may insert a row needs no right on a sequence,
 -- as with the identity columns before.
 CREATE SEQUENCE outbox_message_body_seq_seq OWNED BY outbox_message_body.seq;
-SELECT setval('outbox_message_body_seq_seq', coalesce((SELECT max(seq) FROM outbox_message_body), 0) + 1, false);
+SELECT setval('outbox_message_body_seq_seq', {body_after}, false);
 CREATE FUNCTION outbox__next_body_seq() RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
     SELECT nextval('outbox_message_body_seq_seq')
 $f$;
 ALTER TABLE outbox_message_body ALTER COLUMN seq SET DEFAULT outbox__next_body_seq();
 CREATE SEQUENCE outbox_message_history_id_seq OWNED BY outbox_message_history.id;
-SELECT setval('outbox_message_history_id_seq', coalesce((SELECT max(id) FROM outbox_message_history), 0) + 1, false);
+SELECT setval('outbox_message_history_id_seq', {history_after}, false);
 CREATE FUNCTION outbox__next_history_id() RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $f$
     SELECT nextval('outbox_message_history_id_seq')
@@ -169,7 +180,9 @@ BEGIN
 END $f$;
 CREATE TRIGGER outbox_message_body_keep AFTER DELETE ON outbox_message_body REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_body_keep();
+"""
 
+KEYS = """
 ALTER TABLE outbox_message_live ADD CONSTRAINT outbox_message_pkey PRIMARY KEY (seq);
 ALTER TABLE outbox_message_done ADD CONSTRAINT outbox_message_done_pkey PRIMARY KEY (seq, day);
 ALTER TABLE outbox_message_body ADD CONSTRAINT outbox_message_body_pkey PRIMARY KEY (seq, day);
@@ -193,7 +206,9 @@ CREATE INDEX outbox_message_ses_ref_idx ON outbox_message_live (delivery_ref)
 CREATE INDEX outbox_message_delivered_at_idx ON outbox_message_done (delivered_at);
 CREATE INDEX outbox_message_done_ses_ref_idx ON outbox_message_done (delivery_ref)
     WHERE channel = 'ses' AND delivery_ref IS NOT NULL;
+"""
 
+TRIGGERS = """
 CREATE TRIGGER outbox_message_delete_bodies AFTER DELETE ON outbox_message REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_message_delete_bodies();
 CREATE TRIGGER outbox_message_delete_history AFTER DELETE ON outbox_message REFERENCING OLD TABLE AS gone
@@ -317,17 +332,28 @@ AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb
 END$f$
 """
 
+#: The schema where `outbox migrate --online` builds and fills the new tables beside the old
+#: (outbox_migrations.online); when it is there, the upgrade only swaps them in.
+STAGING = "outbox_online"
+#: Each try to lock the old tables for the swap waits this long, below the deadlock timeout, so
+#: that a producer or relay holding them wins; the tries, a second apart.
+SWAP_LOCK_TIMEOUT, SWAP_TRIES = "200ms", 30
+TABLE_NAMES = ("outbox_message", "outbox_message_body", "outbox_message_history")
+
+
 def upgrade() -> None:
     bind = op.get_bind()
-    tables = ("outbox_message", "outbox_message_body", "outbox_message_history")
-    bind.exec_driver_sql(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
-    for t in tables:
+    if bind.exec_driver_sql(f"SELECT to_regnamespace('{STAGING}')").scalar() is not None:
+        _swap(bind)
+        return
+    bind.exec_driver_sql(f"LOCK TABLE {', '.join(TABLE_NAMES)} IN ACCESS EXCLUSIVE MODE")
+    for t in TABLE_NAMES:
         bind.exec_driver_sql(f"ALTER TABLE {t} RENAME TO {t}_v15")
+    bind.exec_driver_sql(DAYS)
     bind.exec_driver_sql(TABLES)
+    bind.exec_driver_sql(ID_DAY)
     bind.exec_driver_sql(FUNCTIONS)
-    bind.exec_driver_sql(f"SELECT outbox_open_day(d) FROM generate_series("
-                         f"(current_date - DATE '1970-01-01') - {DAYS_BEHIND}, "
-                         f"(current_date - DATE '1970-01-01') + {DAYS_AHEAD}) d")
+    _open_days(bind)
     # Each row where a producer would place it now.
     bind.exec_driver_sql("""
         INSERT INTO outbox_message_body (seq, message_id, payload, headers, day)
@@ -337,13 +363,76 @@ def upgrade() -> None:
         INSERT INTO outbox_message_history SELECT h.*, coalesce(b.day, 0) FROM outbox_message_history_v15 h
           LEFT JOIN outbox_message_body b ON b.seq = h.seq;
     """)
-    for t in tables:
-        bind.exec_driver_sql(copy_grants(f"{t}_v15", t))
-    bind.exec_driver_sql(DAY_RIGHTS)
+    _finish(bind, "coalesce((SELECT max(seq) FROM outbox_message_body), 0) + 1",
+            "coalesce((SELECT max(id) FROM outbox_message_history), 0) + 1", keys=True)
+
+
+def _open_days(bind) -> None:
+    bind.exec_driver_sql(f"SELECT outbox_open_day(d) FROM generate_series("
+                         f"(current_date - DATE '1970-01-01') - {DAYS_BEHIND}, "
+                         f"(current_date - DATE '1970-01-01') + {DAYS_AHEAD}) d")
+
+
+def _finish(bind, body_after: str, history_after: str, keys: bool) -> None:
+    _rights(bind, "")
     bind.exec_driver_sql(FINISH)
+    _complete(bind, body_after, history_after, keys)
+
+
+def _rights(bind, schema: str) -> None:
+    for t in TABLE_NAMES:
+        bind.exec_driver_sql(copy_grants(f"{t}_v15", f"{schema}{t}"))
+    bind.exec_driver_sql(DAY_RIGHTS)
+
+
+def _complete(bind, body_after: str, history_after: str, keys: bool) -> None:
+    bind.exec_driver_sql(SEQUENCES.replace("{body_after}", body_after).replace("{history_after}", history_after))
+    if keys:
+        bind.exec_driver_sql(KEYS)
+    bind.exec_driver_sql(TRIGGERS)
     for what in ("bodies", "history"):
         bind.exec_driver_sql(DELETE_BY_DAY.format(what=what).replace("outbox_message_bodies", "outbox_message_body"))
     bind.exec_driver_sql(INSERT_V1)
+
+
+def _swap(bind) -> None:
+    """The online path's last step: the new tables, filled and kept in step by triggers, take
+    the old ones' place in one short transaction (docs/decisions/0069)."""
+    if bind.exec_driver_sql(f"SELECT to_regclass('{STAGING}.progress')").scalar() is None:
+        raise RuntimeError(f"schema {STAGING}: the online migration is half prepared; "
+                           "run `outbox migrate --online` to go on")
+    for tries_left in range(SWAP_TRIES - 1, -1, -1):
+        try:
+            with bind.begin_nested():
+                bind.exec_driver_sql(f"SET LOCAL lock_timeout = '{SWAP_LOCK_TIMEOUT}'")
+                # The parents in the order every statement and outbox_drop_day take them.
+                bind.exec_driver_sql(f"LOCK TABLE {', '.join(TABLE_NAMES)} IN ACCESS EXCLUSIVE MODE")
+            break
+        except DBAPIError as exc:  # lock_not_available: a writer holds them; the next try
+            if not tries_left or "55P03" not in (getattr(exc.orig, "pgcode", None) or str(exc.orig)):
+                raise
+            time.sleep(1)
+    copied, mark = bind.exec_driver_sql(f"SELECT copied, mark FROM {STAGING}.progress").one()
+    if copied < mark:
+        raise RuntimeError(f"schema {STAGING}: rows up to seq {mark} are copied up to {copied} only; "
+                           "run `outbox migrate --online` until it says copied")
+    # The sequences go on after the old ones (no scan of the history for its highest id).
+    after = [bind.exec_driver_sql(f"SELECT last_value + 1 FROM {seq}").scalar() for seq in (
+        bind.exec_driver_sql(f"SELECT pg_get_serial_sequence('{t}', '{c}')").scalar()
+        for t, c in (("outbox_message_body", "seq"), ("outbox_message_history", "id")))]
+    for t in TABLE_NAMES:
+        bind.exec_driver_sql(f"ALTER TABLE {t} RENAME TO {t}_v15")
+    bind.exec_driver_sql(FUNCTIONS)
+    _rights(bind, f"{STAGING}.")
+    bind.exec_driver_sql(FINISH)
+    schema = bind.exec_driver_sql("SELECT quote_ident(current_schema())").scalar()
+    for (name,) in bind.exec_driver_sql(
+            f"SELECT relname FROM pg_class WHERE relnamespace = '{STAGING}'::regnamespace "
+            f"AND relkind IN ('r', 'p') AND relname <> 'progress'").all():
+        bind.exec_driver_sql(f"ALTER TABLE {STAGING}.{name} SET SCHEMA {schema}")
+    _open_days(bind)
+    _complete(bind, str(after[0]), str(after[1]), keys=False)
+    bind.exec_driver_sql(f"DROP SCHEMA {STAGING} CASCADE")
 
 
 DOWN_TABLES = """

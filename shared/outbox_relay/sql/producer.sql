@@ -9,7 +9,9 @@ AND o.key IS NOT DISTINCT FROM m.key AND b.payload::jsonb = m.payload::jsonb
 
 -- name: insert_message
 -- Enqueue one message: body and state in one statement (the body's unique index
--- on (message_id, day) decides: an id lives in one day, outbox_id_day). Returns
+-- on (message_id, day) decides: an id lives in one day, outbox_id_day; no conflict
+-- target, so that the old tables' key on message_id decides during an online
+-- migration, docs/decisions/0069). Returns
 -- whether a row was written and, when the id was taken, whether the holder is the same message (NULL: not visible to this snapshot).
 -- A deliver_at in the past means now, so a backlog's age counts from the enqueue.
 WITH m AS (
@@ -20,7 +22,7 @@ WITH m AS (
     INSERT INTO outbox_message_body (message_id, payload, headers, day)
     VALUES (CAST(:message_id AS uuid), CAST(:payload AS json), CAST(:headers AS json),
             outbox_id_day(CAST(:message_id AS uuid)))
-    ON CONFLICT (message_id, day) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING seq, message_id, payload, day
 ), ins AS (
     INSERT INTO outbox_message
@@ -62,7 +64,7 @@ WITH m AS (
 ), body AS (
     INSERT INTO outbox_message_body (message_id, payload, headers, day)
     SELECT message_id, payload::json, headers::json, outbox_id_day(message_id) FROM m ORDER BY i
-    ON CONFLICT (message_id, day) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING seq, message_id, day
 ), ins AS (
     INSERT INTO outbox_message

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from outbox_migrations import current_revision, upgrade
+from outbox_migrations import online as online_path
 from outbox_relay.config import get_settings
 from outbox_relay.errors import ConfigurationError, InvalidEventError
 from outbox_relay.observability import logger
@@ -26,11 +27,28 @@ from . import common
 
 
 @click.command()
-def migrate() -> None:
+@click.option("--online", is_flag=True,
+              help="Before migration 0016 on a running deployment: build and fill its tables beside the old ones "
+                   "(resumable; run again until it says copied); the next upgrade swaps them in (docs/operating.md).")
+@click.option("--seconds", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="With --online: stop copying after this long (the next run goes on).")
+def migrate(online: bool, seconds: float) -> None:
     """Create or upgrade the outbox schema (Alembic; running it twice is harmless)."""
     engine = common.engine()
     try:
         before = current_revision(engine)
+        if online:
+            if before is None or before >= "0016":
+                raise click.UsageError(f"--online: the schema is at {before or 'no revision'}; "
+                                       "it is for a schema before 0016")
+            if before != "0015":
+                upgrade(engine, "0015")
+            online_path.prepare(engine)
+            copied, mark = online_path.copy(engine, seconds)
+            click.echo(f"online migration: seqs up to {copied} of {mark} copied; "
+                       + ("run it again to go on" if copied < mark else
+                          "copied and kept in step; `outbox migrate` or the next deploy swaps them in"))
+            return
         upgrade(engine)
         after = current_revision(engine)
     finally:

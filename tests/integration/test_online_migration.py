@@ -1,0 +1,318 @@
+"""Migration 0016 on a running deployment (docs/decisions/0069, docs/operating.md): a database
+at 0015 with delivered history and a pending backlog moves to the day partitions while
+producers (the Python API and the SQL functions) enqueue and a relay delivers throughout."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from typing import Iterator
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from outbox_migrations import current_revision, online, upgrade
+from outbox_relay import runtime
+from outbox_relay.models import Outcome
+from outbox_relay.producer import enqueue_event
+from outbox_relay.publishers.registry import Channel
+from outbox_relay.store import LeaseStore
+from outbox_tools.cli import main
+from outbox_tools.lambda_local import LocalContext, load_handler
+from outbox_tools.servers import create_database, drop_database, with_database
+
+from support.sql_functions import call
+
+# A UUIDv7 of `ms` (RFC 9562: 48 bits of Unix milliseconds, version 7, variant 10), random bits from md5.
+V7 = ("(lpad(to_hex({ms}), 12, '0') || '7' || substr(md5(g::text || 'a'), 1, 3) || '8' "
+      "|| substr(md5(g::text || 'b'), 1, 15))::uuid")
+
+# Delivered history and a pending backlog as 0015 stores them, in bulk: ids spread over the last
+# three days (their own day partitions) and a tenth random (day 0); a history line per message.
+SEED = """
+INSERT INTO outbox_message_body (message_id, payload, headers)
+SELECT CASE WHEN mod(g, 10) = 0 THEN gen_random_uuid()
+            ELSE {v7} END,
+       json_build_object('n', g), NULL
+  FROM generate_series(1, :n) g ORDER BY g;
+INSERT INTO outbox_message (seq, message_id, channel, destination, type, key, status, attempts, available_at,
+                            delivered_at, delivery_ref, payload_bytes)
+SELECT seq, message_id, 'redis', :stream, 'seeded', 'p' || mod(seq, 5),
+       CASE WHEN seq > :delivered THEN 'pending' ELSE 'delivered' END,
+       CASE WHEN seq > :delivered THEN 0 ELSE 1 END, now() - interval '1 hour',
+       CASE WHEN seq <= :delivered THEN now() - interval '1 hour' END,
+       CASE WHEN seq <= :delivered THEN '1-0' END, octet_length(payload::text)
+  FROM outbox_message_body ORDER BY seq;
+INSERT INTO outbox_message_history (seq, event, attempt, error_class, actor)
+SELECT seq, 'retry', 1, 'seeded', 'relay' FROM outbox_message ORDER BY seq;
+""".format(v7=V7.format(ms="(extract(epoch FROM now() - interval '3 days') * 1000)::bigint "
+                             "+ mod(g * 86413::bigint, 259200000)"))
+
+CATALOG = [
+    """SELECT c.relname, c.relkind::text, coalesce(pg_get_expr(c.relpartbound, c.oid), ''),
+              coalesce(pg_get_partkeydef(c.oid), ''), coalesce(c.relacl::text, ''),
+              coalesce(c.reloptions::text, ''),
+              coalesce((SELECT string_agg(i.inhparent::regclass::text, ',') FROM pg_inherits i
+                         WHERE i.inhrelid = c.oid), '')
+         FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace""",
+    """SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+              a.attidentity::text, coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped""",
+    """SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index i
+         JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = 'public'::regnamespace""",
+    """SELECT conname, conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint
+        WHERE connamespace = 'public'::regnamespace""",
+    """SELECT tgname, tgrelid::regclass::text, pg_get_triggerdef(oid) FROM pg_trigger
+        WHERE NOT tgisinternal AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)""",
+    """SELECT proname, pg_get_function_identity_arguments(oid), pg_get_functiondef(oid), coalesce(proacl::text, '')
+         FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND prokind <> 'a'""",
+    """SELECT s.seqrelid::regclass::text, d.refobjid::regclass::text, d.refobjsubid, s.seqincrement
+         FROM pg_sequence s LEFT JOIN pg_depend d ON d.objid = s.seqrelid AND d.deptype IN ('a', 'i')
+        WHERE s.seqrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)""",
+    "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'",
+    "SELECT day FROM outbox_day",
+]
+
+
+def catalog(engine: Engine) -> list[list[tuple]]:
+    """What the schema is, in names and definitions (no oids): tables, partitions, columns,
+    indexes, constraints, triggers, functions, sequences, rights, the open days."""
+    with engine.connect() as conn:
+        return [sorted(tuple(r) for r in conn.execute(text(q)).all()) for q in CATALOG]
+
+
+@pytest.fixture
+def fresh_db(servers) -> Iterator:
+    made: list[str] = []
+
+    def make() -> Engine:
+        name = f"outbox_test_{uuid.uuid4().hex[:8]}_online"
+        drop_database(servers.database_url, name)
+        create_database(servers.database_url, name)
+        made.append(name)
+        return create_engine(with_database(servers.database_url, name), poolclass=NullPool)
+
+    yield make
+    for name in made:
+        drop_database(servers.database_url, name)
+
+
+def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix, *, seeded: int,
+                       backlog: int, batch: int) -> None:
+    engine = fresh_db()
+    stream = redis_prefix + "orders"
+    # Given a deployment at 0015 with delivered history and a pending backlog
+    upgrade(engine, "0015")
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": seeded, "delivered": seeded - backlog, "stream": stream})
+        history_before = conn.execute(text("SELECT count(*) FROM outbox_message_history")).scalar_one()
+        backlog_ids = conn.execute(text("SELECT message_id, key FROM outbox_message WHERE status = 'pending' "
+                                        "ORDER BY seq")).all()
+
+    # When the online path is prepared (the new library runs on the old tables from then on)
+    online.prepare(engine)
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("OUTBOX_BATCH_SIZE", "200")
+    runtime.reset()
+    stop = threading.Event()
+    produced: dict[str, list[uuid.UUID]] = defaultdict(list)
+    stalls: list[float] = []
+    errors: list[BaseException] = []
+
+    def producer(name: str, enqueue) -> None:
+        i = 0
+        own = create_engine(engine.url, pool_size=1)  # a connection kept, as an application's pool does
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                with own.begin() as conn:
+                    produced[f"{name}{i % 4}"].append(enqueue(conn, key=f"{name}{i % 4}", payload={"i": i}))
+                stalls.append((time.monotonic() - started, started))
+                i += 1
+                time.sleep(0.005)
+        except BaseException as exc:  # the assertions below name it
+            errors.append(exc)
+        finally:
+            own.dispose()
+
+    def relay() -> None:
+        handler = load_handler("relay")
+        try:
+            while not stop.is_set() or pending():
+                handler({"source": "outbox.scheduler", "channel": "redis"}, LocalContext(10.0))
+                time.sleep(0.05)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def pending() -> int:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM outbox_message WHERE status <> 'delivered'")).scalar_one()
+
+    threads = [
+        threading.Thread(target=producer, args=("py", lambda conn, **kw: enqueue_event(
+            conn, stream=stream, type="live", **kw))),
+        threading.Thread(target=producer, args=("sql", lambda conn, **kw: call(
+            conn, "event", stream=stream, type="live", **kw))),
+        threading.Thread(target=relay),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        # ... copied in batches, resumably (a budget that stops it part way first), and swapped in
+        time.sleep(1.0)
+        partial = online.copy(engine, 0.001, batch=batch)
+        assert partial[0] < partial[1]
+        started = time.monotonic()
+        assert online.copy(engine, 3600, batch=batch)[0] == partial[1]
+        copied = time.monotonic()
+        upgrade(engine)
+        swapped = time.monotonic()
+        print(f"online migration of {seeded} rows: copy {copied - started:.1f} s, swap {swapped - copied:.2f} s")
+        assert current_revision(engine) == "0016"
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(300)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+
+    # Then every message enqueued, before and during the migration, was delivered once, each key in order
+    entries = [f for _, f in redis_client.xrange(stream)]
+    delivered = [uuid.UUID(f["id"]) for f in entries]
+    wanted = [m for m, _ in backlog_ids] + [m for ids in produced.values() for m in ids]
+    assert len(produced["py0"]) > 3 and len(produced["sql0"]) > 3
+    assert sorted(delivered) == sorted(wanted)
+    position = {m: i for i, m in enumerate(delivered)}
+    keys = dict(produced)
+    for m, key in backlog_ids:
+        keys.setdefault(key, []).append(m)
+    for key, ids in keys.items():
+        assert [position[m] for m in ids] == sorted(position[m] for m in ids), key
+    # And PostgreSQL holds each message once, with its body and its history, all delivered
+    with engine.connect() as conn:
+        total, ids, bodies, statuses, history = conn.execute(text(
+            "SELECT count(*), count(DISTINCT message_id), (SELECT count(*) FROM outbox_message_body), "
+            "array_agg(DISTINCT status), (SELECT count(*) FROM outbox_message_history WHERE error_class = 'seeded') "
+            "FROM outbox_message")).one()
+        assert (total, ids, bodies, statuses) == (seeded + len(wanted) - len(backlog_ids),) * 3 + (["delivered"],)
+        assert history == history_before
+        # each row in the day its id names, as a plain upgrade places it
+        assert conn.execute(text("SELECT count(*) FROM outbox_message o JOIN outbox_message_body b "
+                                 "ON b.seq = o.seq AND b.day = o.day WHERE o.day = outbox_id_day(o.message_id)")
+                            ).scalar_one() == total
+        assert conn.execute(text("SELECT count(DISTINCT day) FROM outbox_message")).scalar_one() >= 4
+    # And no enqueue waited a second, the swap included
+    longest = sorted(stalls)[-5:]
+    print(f"enqueues: {len(stalls)}, longest (s, seconds after the copy began): "
+          f"{[(round(d, 3), round(t - started, 1)) for d, t in longest]}; the swap from {copied - started:.1f} s "
+          f"to {swapped - started:.1f} s")
+    assert longest[-1][0] < 1.0
+    # And the schema is the one a plain upgrade makes
+    plain = fresh_db()
+    upgrade(plain)
+    schema = catalog(engine)
+    assert schema == catalog(plain)
+    assert len(schema[0]) > 60 and len(schema[5]) > 10  # the partitions, the functions
+
+
+def test_a_running_deployment_moves_to_day_partitions_online(fresh_db, monkeypatch, relay_env, redis_client,
+                                                             redis_prefix):
+    migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix, seeded=3000, backlog=300,
+                       batch=500)
+
+
+@pytest.mark.slow
+def test_a_million_rows_move_online_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix):
+    migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_prefix, seeded=1_000_000,
+                       backlog=20_000, batch=5000)
+
+
+# The previous version's enqueue statement (0015): its conflict target is the old unique key.
+PREVIOUS_ENQUEUE = text("""
+WITH body AS (
+    INSERT INTO outbox_message_body (message_id, payload, headers)
+    VALUES (CAST(:id AS uuid), CAST('{"n": 1}' AS json), NULL)
+    ON CONFLICT (message_id) DO NOTHING
+    RETURNING seq, message_id, payload
+)
+INSERT INTO outbox_message (seq, message_id, channel, destination, type, payload_bytes)
+SELECT seq, message_id, 'redis', 'orders', 'previous', octet_length(payload::text) FROM body
+""")
+
+
+def test_leases_taken_before_the_swap_are_fenced_after_it_and_the_previous_enqueue_lasts_until_it(fresh_db):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    ids = [uuid.uuid4() for _ in range(3)]
+    gone = uuid.uuid4()
+    with engine.begin() as conn:
+        for m in [*ids, gone]:
+            conn.execute(PREVIOUS_ENQUEUE, {"id": m})
+    online.prepare(engine)
+    # (a message deleted once the triggers are there: its copy and its body go too)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_message WHERE message_id = :id"), {"id": gone})
+    # Given the previous library's enqueue, which still works on the prepared tables
+    late = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(PREVIOUS_ENQUEUE, {"id": late})
+    # And two messages leased by a relay before the swap
+    store = LeaseStore(create_engine(engine.url, isolation_level="AUTOCOMMIT", poolclass=NullPool),
+                       Channel.REDIS, default_max_attempts=5)
+    claimed = store.claim("owner-a", 2, 300).messages
+    assert [m.message_id for m in claimed] == [str(m) for m in ids[:2]]
+    online.copy(engine, 60)
+
+    # When the new tables are swapped in
+    upgrade(engine)
+
+    # Then the owner's outcome finds its rows and its fence: a stranger's is refused, the owner's written
+    assert store.record("owner-b", [Outcome.delivered(claimed[0].seq, "1-0")]).lease_lost == 1
+    assert store.record("owner-a", [Outcome.delivered(m.seq, "1-0") for m in claimed]).delivered == 2
+    # And the rest is claimed as usual, the previous library's message included
+    assert [m.message_id for m in store.claim("owner-c", 10, 30).messages] == [str(ids[2]), str(late)]
+    store.engine.dispose()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT (SELECT count(*) FROM outbox_message), "
+                                 "(SELECT count(*) FROM outbox_message_body)")).one() == (4, 4)
+    # And the previous library's enqueue fails on the new tables: it must be replaced before the swap
+    with pytest.raises(DBAPIError, match="ON CONFLICT"), engine.begin() as conn:
+        conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+
+
+def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_db, monkeypatch):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+
+    def outbox(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    # When `outbox migrate --online` runs until it says copied, the schema stays at 0015
+    assert "copied and kept in step" in outbox("migrate", "--online")
+    assert "copied and kept in step" in outbox("migrate", "--online")  # again: nothing more to do
+    assert current_revision(engine) == "0015"
+    # Then `outbox migrate` swaps the tables in, every row kept
+    assert "upgraded from 0015" in outbox("migrate")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox_message JOIN outbox_message_body USING (seq, day)")
+                            ).scalar_one() == 50
+    # And --online on the new schema is refused in one line
+    result = CliRunner().invoke(main, ["migrate", "--online"])
+    assert result.exit_code == 2 and "--online: the schema is at 0016" in result.output
