@@ -4,6 +4,7 @@ on the old tables, filled in short batches, and swapped in by 0016 in one short 
 
 `prepare` and `copy` are resumable: each step records where it is, and each transaction is
 short; `outbox migrate --online` runs them within a time budget, and the next upgrade swaps.
+`abandon` (`outbox migrate --online --abandon`) undoes the prepare, back to 0015 exactly.
 """
 
 from __future__ import annotations
@@ -29,52 +30,28 @@ HISTORY_COLUMNS = "seq, id, at, event, attempt, error_class, error, ref, actor, 
 # again (its status may move it to another partition). Owner's rights: writers need none there.
 # The day is always the id's, whatever a writer of the previous version left in the column.
 MIRROR = """
-CREATE FUNCTION {s}.mirror_message() RETURNS trigger
+CREATE FUNCTION {s}.mirror_{table}() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
 BEGIN
     IF TG_OP <> 'INSERT' THEN
-        DELETE FROM {s}.outbox_message
-         WHERE seq = OLD.seq AND status = OLD.status AND day = {t}.outbox_id_day(OLD.message_id);
+        DELETE FROM {s}.{table} WHERE seq = OLD.seq AND {match};
     END IF;
     IF TG_OP <> 'DELETE' THEN
-        INSERT INTO {s}.outbox_message ({m}, day)
-        SELECT {new_m}, {t}.outbox_id_day(NEW.message_id) ON CONFLICT DO NOTHING;
+        INSERT INTO {s}.{table} ({columns}, day) SELECT {new}, {day} ON CONFLICT DO NOTHING;
     END IF;
     RETURN NULL;
 END $f$;
-CREATE FUNCTION {s}.mirror_body() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        DELETE FROM {s}.outbox_message_body WHERE seq = OLD.seq AND day = {t}.outbox_id_day(OLD.message_id);
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        INSERT INTO {s}.outbox_message_body (seq, message_id, payload, headers, day)
-        VALUES (NEW.seq, NEW.message_id, NEW.payload, NEW.headers, {t}.outbox_id_day(NEW.message_id))
-        ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NULL;
-END $f$;
-CREATE FUNCTION {s}.mirror_history() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        DELETE FROM {s}.outbox_message_history WHERE seq = OLD.seq AND id = OLD.id;
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        INSERT INTO {s}.outbox_message_history ({h}, day)
-        SELECT {new_h}, {t}.outbox_id_day((SELECT message_id FROM {t}.outbox_message_body WHERE seq = NEW.seq))
-        ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NULL;
-END $f$;
-CREATE TRIGGER outbox_online_mirror AFTER INSERT OR UPDATE OR DELETE ON {t}.outbox_message
-    FOR EACH ROW EXECUTE FUNCTION {s}.mirror_message();
-CREATE TRIGGER outbox_online_mirror AFTER INSERT OR UPDATE OR DELETE ON {t}.outbox_message_body
-    FOR EACH ROW EXECUTE FUNCTION {s}.mirror_body();
-CREATE TRIGGER outbox_online_mirror AFTER INSERT OR UPDATE OR DELETE ON {t}.outbox_message_history
-    FOR EACH ROW EXECUTE FUNCTION {s}.mirror_history();
+CREATE TRIGGER outbox_online_mirror AFTER INSERT OR UPDATE OR DELETE ON {t}.{table}
+    FOR EACH ROW EXECUTE FUNCTION {s}.mirror_{table}();
 """
+#: Per old table: its columns, how its copy is found (pruned to one partition), the copy's day.
+ID_DAY = "{t}.outbox_id_day(NEW.message_id)"
+MIRRORED = (
+    ("outbox_message", MESSAGE_COLUMNS, "status = OLD.status AND day = {t}.outbox_id_day(OLD.message_id)", ID_DAY),
+    ("outbox_message_body", "seq, message_id, payload, headers", "day = {t}.outbox_id_day(OLD.message_id)", ID_DAY),
+    ("outbox_message_history", HISTORY_COLUMNS, "id = OLD.id",
+     "{t}.outbox_id_day((SELECT message_id FROM {t}.outbox_message_body WHERE seq = NEW.seq))"),
+)
 
 # One batch of the rows that were there before the triggers. FOR SHARE: a row being changed or
 # deleted is copied after that commits (its trigger then finds it), never before, as a stale copy.
@@ -155,10 +132,10 @@ def prepare(engine: Engine) -> None:
         conn.exec_driver_sql(f"LOCK TABLE {', '.join(m.TABLE_NAMES)} IN ACCESS EXCLUSIVE MODE")
         for name in m.TABLE_NAMES:
             conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN day int NOT NULL DEFAULT 0")
-        cols = {"m": MESSAGE_COLUMNS, "h": HISTORY_COLUMNS,
-                "new_m": ", ".join(f"NEW.{c}" for c in MESSAGE_COLUMNS.split(", ")),
-                "new_h": ", ".join(f"NEW.{c}" for c in HISTORY_COLUMNS.split(", "))}
-        conn.exec_driver_sql(MIRROR.format(s=s, t=t, **cols))
+        for table, columns, match, day in MIRRORED:
+            conn.exec_driver_sql(MIRROR.format(
+                s=s, t=t, table=table, columns=columns, match=match.format(t=t), day=day.format(t=t),
+                new=", ".join(f"NEW.{c}" for c in columns.split(", "))))
         # The SQL functions' insert as 0016 makes it, but decided by whichever unique key the body
         # table has: a call that waits on the swap's lock goes on, compiled, into the new tables.
         conn.exec_driver_sql(m.INSERT_V1.replace("ON CONFLICT (message_id, day)", "ON CONFLICT"))
@@ -167,6 +144,28 @@ def prepare(engine: Engine) -> None:
                              f"coalesce(max(seq), 0) AS mark FROM outbox_message_body")
 
     _locked(engine, triggers)
+
+
+def abandon(engine: Engine) -> bool:
+    """Undo `prepare`, whole or half done, under the same short lock: the schema, its triggers,
+    the day columns, `outbox_day` and `outbox_id_day` go, and 0015's insert comes back.
+    False, and nothing done, when nothing is prepared."""
+    m = migration()
+    with engine.connect() as conn:
+        if conn.exec_driver_sql(f"SELECT to_regnamespace('{m.STAGING}')").scalar() is None:
+            return False
+
+    def undo(conn: Connection) -> None:
+        conn.exec_driver_sql(f"LOCK TABLE {', '.join(m.TABLE_NAMES)} IN ACCESS EXCLUSIVE MODE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {m.STAGING} CASCADE")  # the triggers with their functions
+        for name in m.TABLE_NAMES:
+            # Only this version's library writes the column; the previous one's never names it.
+            conn.exec_driver_sql(f"ALTER TABLE {name} DROP COLUMN IF EXISTS day")
+        conn.exec_driver_sql(m.INSERT_V1_BEFORE)
+        conn.exec_driver_sql("DROP FUNCTION IF EXISTS outbox_id_day(uuid); DROP TABLE IF EXISTS outbox_day")
+
+    _locked(engine, undo)
+    return True
 
 
 def copy(engine: Engine, seconds: float, batch: int = BATCH) -> tuple[int, int]:

@@ -81,11 +81,17 @@ CATALOG = [
 ]
 
 
-def catalog(engine: Engine) -> list[list[tuple]]:
+def catalog(engine: Engine, queries: list[str] = CATALOG) -> list[list[tuple]]:
     """What the schema is, in names and definitions (no oids): tables, partitions, columns,
     indexes, constraints, triggers, functions, sequences, rights, the open days."""
     with engine.connect() as conn:
-        return [sorted(tuple(r) for r in conn.execute(text(q)).all()) for q in CATALOG]
+        return [sorted(tuple(r) for r in conn.execute(text(q)).all()) for q in queries]
+
+
+def outbox(*args: str, status: int = 0) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == status, result.output
+    return result.output
 
 
 @pytest.fixture
@@ -299,11 +305,6 @@ def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_d
                 conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
     monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
 
-    def outbox(*args: str) -> str:
-        result = CliRunner().invoke(main, list(args))
-        assert result.exit_code == 0, result.output
-        return result.output
-
     # When `outbox migrate --online` runs until it says copied, the schema stays at 0015
     assert "copied and kept in step" in outbox("migrate", "--online")
     assert "copied and kept in step" in outbox("migrate", "--online")  # again: nothing more to do
@@ -314,5 +315,69 @@ def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_d
         assert conn.execute(text("SELECT count(*) FROM outbox_message JOIN outbox_message_body USING (seq, day)")
                             ).scalar_one() == 50
     # And --online on the new schema is refused in one line
-    result = CliRunner().invoke(main, ["migrate", "--online"])
-    assert result.exit_code == 2 and "--online: the schema is at 0016" in result.output
+    assert "--online: the schema is at 0016" in outbox("migrate", "--online", status=2)
+
+
+def test_outbox_migrate_online_abandon_goes_back_to_0015_exactly_and_a_later_prepare_starts_afresh(
+        fresh_db, monkeypatch):
+    engine, plain = fresh_db(), fresh_db()
+    upgrade(engine, "0015")
+    upgrade(plain, "0015")
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    # Nothing prepared: nothing to abandon, said in one line; --abandon alone is refused
+    assert "nothing to abandon" in outbox("migrate", "--online", "--abandon", status=2)
+    assert "--abandon: only with --online" in outbox("migrate", "--abandon", status=2)
+    # Given a prepared and copied migration, written through meanwhile by both libraries and the
+    # SQL functions, the previous library on a connection it keeps (its statements run before)
+    assert "copied and kept in step" in outbox("migrate", "--online")
+    previous = create_engine(engine.url, pool_size=1)
+    for _ in range(6):
+        with previous.begin() as conn:
+            conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+    with engine.begin() as conn:
+        enqueue_event(conn, stream="orders", type="this-version", key="k", payload={"n": 0})
+        call(conn, "event", stream="orders", type="sql", key="k", payload={"n": 1})
+
+    # When it is abandoned
+    assert "abandoned" in outbox("migrate", "--online", "--abandon")
+
+    # Then the schema is a plain 0015's, catalog for catalog, and every row is kept
+    assert current_revision(engine) == "0015"
+    assert catalog(engine, CATALOG[:-1]) == catalog(plain, CATALOG[:-1])
+    count = "SELECT count(*) FROM outbox_message JOIN outbox_message_body USING (seq, message_id)"
+    with engine.connect() as conn:
+        assert conn.execute(text(count)).scalar_one() == 58
+    # And the previous library's enqueue, on its connection, the SQL functions and a relay's writes
+    # and deletes (0015's own triggers take the bodies and the history) work as on 0015
+    with previous.begin() as conn:
+        conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+    previous.dispose()
+    with engine.begin() as conn:
+        call(conn, "event", stream="orders", type="sql", key="k", payload={"n": 2})
+        conn.execute(text("UPDATE outbox_message SET status = 'delivered', delivered_at = now() "
+                          "WHERE status = 'pending'"))
+        conn.execute(text("INSERT INTO outbox_message_history (seq, event, attempt, actor) "
+                          "SELECT seq, 'settled', 1, 'relay' FROM outbox_message WHERE type = 'sql'"))
+        conn.execute(text("DELETE FROM outbox_message WHERE seq IN "
+                          "(SELECT seq FROM outbox_message WHERE type = 'seeded' ORDER BY seq LIMIT 10)"))
+        assert conn.execute(text(count)).scalar_one() == 50
+        assert conn.execute(text("SELECT (SELECT count(*) FROM outbox_message_body), "
+                                 "(SELECT count(*) FROM outbox_message_history), "
+                                 "(SELECT count(*) FROM outbox_message WHERE status <> 'delivered')")
+                            ).one() == (50, 42, 0)
+    # And nothing is left to abandon
+    assert "nothing to abandon" in outbox("migrate", "--online", "--abandon", status=2)
+
+    # And a later --online starts from scratch, and its swap is the plain upgrade's schema, every row kept
+    assert "seqs up to 61 of 61 copied" in outbox("migrate", "--online")
+    assert "upgraded from 0015" in outbox("migrate")
+    upgrade(plain)
+    assert catalog(engine) == catalog(plain)
+    with engine.connect() as conn:
+        assert conn.execute(text(count.replace("message_id", "message_id, day"))).scalar_one() == 50
+    # And once swapped, there is nothing to abandon
+    assert "the schema is at 0016" in outbox("migrate", "--online", "--abandon", status=2)

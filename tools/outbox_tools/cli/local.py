@@ -32,11 +32,21 @@ from . import common
                    "(resumable; run again until it says copied); the next upgrade swaps them in (docs/operating.md).")
 @click.option("--seconds", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="With --online: stop copying after this long (the next run goes on).")
-def migrate(online: bool, seconds: float) -> None:
+@click.option("--abandon", is_flag=True,
+              help="With --online: undo a prepared online migration before its swap, back to 0015 exactly.")
+def migrate(online: bool, seconds: float, abandon: bool) -> None:
     """Create or upgrade the outbox schema (Alembic; running it twice is harmless)."""
+    if abandon and not online:
+        raise click.UsageError("--abandon: only with --online")
     engine = common.engine()
     try:
         before = current_revision(engine)
+        if abandon:
+            if before != "0015" or not online_path.abandon(engine):
+                raise click.UsageError(f"--abandon: the schema is at {before or 'no revision'} with no online "
+                                       "migration prepared; nothing to abandon")
+            click.echo("online migration abandoned; the schema is at 0015 as before it")
+            return
         if online:
             if before is None or before >= "0016":
                 raise click.UsageError(f"--online: the schema is at {before or 'no revision'}; "
