@@ -381,3 +381,34 @@ def test_outbox_migrate_online_abandon_goes_back_to_0015_exactly_and_a_later_pre
         assert conn.execute(text(count.replace("message_id", "message_id, day"))).scalar_one() == 50
     # And once swapped, there is nothing to abandon
     assert "the schema is at 0016" in outbox("migrate", "--online", "--abandon", status=2)
+
+
+def test_abandoning_gives_way_to_producers_and_goes_on_when_they_let_go(fresh_db):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    online.prepare(engine)
+    # Given a producer's transaction open on the prepared tables
+    holder = engine.connect()
+    holding = holder.begin()
+    holder.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+    # When the prepare is abandoned meanwhile
+    abandoning = threading.Thread(target=online.abandon, args=(engine,))
+    abandoning.start()
+    # Then other producers wait at most a short try for its lock
+    waits = []
+    for _ in range(8):
+        started = time.monotonic()
+        with engine.begin() as conn:
+            conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+        waits.append(time.monotonic() - started)
+        time.sleep(0.25)
+    assert abandoning.is_alive()
+    holding.commit()
+    holder.close()
+    # And once the producer commits, it is done, every row kept
+    abandoning.join(60)
+    assert not abandoning.is_alive()
+    assert max(waits) < 1.0, waits
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regnamespace('outbox_online') IS NULL AND to_regclass('outbox_day') IS NULL, "
+                                 "(SELECT count(*) FROM outbox_message_body)")).one() == (True, 9)
