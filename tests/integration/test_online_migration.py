@@ -25,7 +25,6 @@ from outbox_relay.store import LeaseStore
 from outbox_tools.cli import main
 from outbox_tools.lambda_local import LocalContext, load_handler
 from outbox_tools.servers import create_database, drop_database, with_database
-
 from support.sql_functions import call
 
 # A UUIDv7 of `ms` (RFC 9562: 48 bits of Unix milliseconds, version 7, variant 10), random bits from md5.
@@ -86,6 +85,15 @@ def catalog(engine: Engine, queries: list[str] = CATALOG) -> list[list[tuple]]:
     indexes, constraints, triggers, functions, sequences, rights, the open days."""
     with engine.connect() as conn:
         return [sorted(tuple(r) for r in conn.execute(text(q)).all()) for q in queries]
+
+
+def seed(engine: Engine, monkeypatch) -> None:
+    """Fifty messages at 0015, forty delivered; `outbox` runs on them."""
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
 
 
 def outbox(*args: str, status: int = 0) -> str:
@@ -299,11 +307,7 @@ def test_leases_taken_before_the_swap_are_fenced_after_it_and_the_previous_enque
 def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_db, monkeypatch):
     engine = fresh_db()
     upgrade(engine, "0015")
-    with engine.begin() as conn:
-        for q in SEED.split(";\n"):
-            if q.strip():
-                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
-    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    seed(engine, monkeypatch)
 
     # When `outbox migrate --online` runs until it says copied, the schema stays at 0015
     assert "copied and kept in step" in outbox("migrate", "--online")
@@ -323,11 +327,7 @@ def test_outbox_migrate_online_abandon_goes_back_to_0015_exactly_and_a_later_pre
     engine, plain = fresh_db(), fresh_db()
     upgrade(engine, "0015")
     upgrade(plain, "0015")
-    with engine.begin() as conn:
-        for q in SEED.split(";\n"):
-            if q.strip():
-                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
-    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    seed(engine, monkeypatch)
     # Nothing prepared: nothing to abandon, said in one line; --abandon alone is refused
     assert "nothing to abandon" in outbox("migrate", "--online", "--abandon", status=2)
     assert "--abandon: only with --online" in outbox("migrate", "--abandon", status=2)
