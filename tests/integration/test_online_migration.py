@@ -412,3 +412,19 @@ def test_abandoning_gives_way_to_producers_and_goes_on_when_they_let_go(fresh_db
     with engine.connect() as conn:
         assert conn.execute(text("SELECT to_regnamespace('outbox_online') IS NULL AND to_regclass('outbox_day') IS NULL, "
                                  "(SELECT count(*) FROM outbox_message_body)")).one() == (True, 9)
+
+
+def test_a_half_done_prepare_is_abandoned_too(fresh_db, monkeypatch):
+    engine, plain = fresh_db(), fresh_db()
+    upgrade(engine, "0015")
+    upgrade(plain, "0015")
+    # Given a prepare that built the new tables but could not lock the old ones for its triggers
+    monkeypatch.setattr(online, "TRIES", 1)
+    with engine.connect() as holder, holder.begin():
+        holder.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+        with pytest.raises(DBAPIError, match="lock timeout"):
+            online.prepare(engine)
+    assert online.state(engine) is None
+    # When it is abandoned, then the schema is a plain 0015's
+    assert online.abandon(engine)
+    assert catalog(engine, CATALOG[:-1]) == catalog(plain, CATALOG[:-1])
