@@ -44,11 +44,11 @@ END $f$;
 CREATE TRIGGER outbox_online_mirror AFTER INSERT OR UPDATE OR DELETE ON {t}.{table}
     FOR EACH ROW EXECUTE FUNCTION {s}.mirror_{table}();
 """
-#: Per old table: its columns, how its copy is found (pruned to one partition), the copy's day.
-ID_DAY = "{t}.outbox_id_day(NEW.message_id)"
+NEW_DAY = "{t}.outbox_id_day(NEW.message_id)"
+#: Per old table: its columns, how its copy is found (by its partition where the row tells it), the copy's day.
 MIRRORED = (
-    ("outbox_message", MESSAGE_COLUMNS, "status = OLD.status AND day = {t}.outbox_id_day(OLD.message_id)", ID_DAY),
-    ("outbox_message_body", "seq, message_id, payload, headers", "day = {t}.outbox_id_day(OLD.message_id)", ID_DAY),
+    ("outbox_message", MESSAGE_COLUMNS, "status = OLD.status AND day = {t}.outbox_id_day(OLD.message_id)", NEW_DAY),
+    ("outbox_message_body", "seq, message_id, payload, headers", "day = {t}.outbox_id_day(OLD.message_id)", NEW_DAY),
     ("outbox_message_history", HISTORY_COLUMNS, "id = OLD.id",
      "{t}.outbox_id_day((SELECT message_id FROM {t}.outbox_message_body WHERE seq = NEW.seq))"),
 )
