@@ -341,3 +341,32 @@ def test_days_opened_and_dropped_while_producers_and_a_relay_run_fail_none_of_th
         found = set(conn.execute(text("SELECT message_id FROM outbox_message WHERE message_id = ANY(:ids)"),
                                  {"ids": [str(m) for m in produced]}).scalars())
     assert produced and len(found) == len(produced)
+
+
+def test_a_day_is_dropped_while_a_vacuum_holds_the_live_partition_and_todays(app_engine, store, redis_prefix,
+                                                                            monkeypatch):
+    # A vacuum (autovacuum's lock, held here) of other partitions is no reason to skip a day:
+    # the drop locks the parents alone, and its own day's partitions.
+    from outbox_relay.operations import partitions as partitions_module
+
+    monkeypatch.setattr(partitions_module, "LOCK_TRIES", 2)
+    old = now_utc() - timedelta(days=20)
+    day, today = day_of(old), day_of(now_utc())
+    open_day(app_engine, day)
+    with app_engine.begin() as conn:
+        enqueue_event(conn, stream=redis_prefix + "s", type="t", payload={}, message_id=uuid7_at(old))
+    (m,) = store.claim("poller-a", 10, 30).messages
+    store.record("poller-a", [Outcome(m.seq, OutcomeKind.DELIVERED, None, None, "1")])
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_message SET delivered_at = now() - interval '19 days' WHERE seq = :s"),
+                     {"s": m.seq})
+    vacuum = app_engine.connect()
+    try:
+        vacuum.execute(text(f"LOCK TABLE outbox_message_live, outbox_message_body_d{today}, "
+                            f"outbox_message_done_d{today} IN SHARE UPDATE EXCLUSIVE MODE"))
+        result = manage_days(app_engine, delivered_older_than_seconds=7 * DAY)
+    finally:
+        vacuum.rollback()
+        vacuum.close()
+    assert result.dropped == [day] and result.skipped == []
+    assert get_message(app_engine, m.message_id) is None
