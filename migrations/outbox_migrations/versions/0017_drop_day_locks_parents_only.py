@@ -5,7 +5,8 @@ recurses into every partition: a vacuum of any partition (autovacuum's SHARE UPD
 busy on the live partition and today's) then held it past the caller's short lock_timeout, and
 the day was skipped run after run. Every write reaches a partition through its parent, so the
 parents alone, locked first, keep writers out; the day's own partitions are locked by their
-DROP. Same signature, rights and order of locks otherwise.
+DROP. The function is replaced by its own definition, read from the database, with that one
+statement changed (as 0013 does), so it keeps its signature, rights and every other line.
 
 Revision ID: 0017
 Revises: 0016
@@ -18,38 +19,25 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-BODY = """
-CREATE OR REPLACE FUNCTION outbox_drop_day(d int, keep_since timestamptz) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $f$
+PARENTS = "outbox_message, outbox_message_body, outbox_message_history IN ACCESS EXCLUSIVE MODE"
+ONLY_PARENTS = "ONLY outbox_message, ONLY outbox_message_body, ONLY outbox_message_history IN ACCESS EXCLUSIVE MODE"
+
+REPLACE = """
+DO $do$
 DECLARE
-    kept bigint[];
+    def text := pg_get_functiondef(to_regprocedure('outbox_drop_day(int, timestamptz)'));
 BEGIN
-    IF d <= 0 THEN
-        RETURN 0;
+    IF def IS NULL OR strpos(def, 'LOCK TABLE {old};') = 0 THEN
+        RAISE EXCEPTION 'outbox_drop_day: no LOCK TABLE {old}';
     END IF;
-    -- The parents before their partitions, as every statement takes them (a partition first
-    -- deadlocks with them); the caller's short lock_timeout makes this the side that gives way.
-    -- Held, no statement writes the day meanwhile: a message enqueued while its day was open is here.
-    LOCK TABLE {only}outbox_message, {only}outbox_message_body, {only}outbox_message_history IN ACCESS EXCLUSIVE MODE;
-    -- Closed: an id of this day enqueued from now on goes to day 0.
-    DELETE FROM outbox_day WHERE day = d;
-    -- What must stay: messages not delivered yet, and those delivered within the window.
-    kept := ARRAY(SELECT seq FROM outbox_message_live WHERE day = d
-                  UNION
-                  SELECT seq FROM outbox_message_done WHERE day = d AND delivered_at >= keep_since);
-    UPDATE outbox_message SET day = 0 WHERE day = d AND seq = ANY (kept);
-    UPDATE outbox_message_body SET day = 0 WHERE day = d AND seq = ANY (kept);
-    UPDATE outbox_message_history SET day = 0 WHERE day = d AND seq = ANY (kept);
-    EXECUTE format('DROP TABLE outbox_message_done_d%s, outbox_message_body_d%s, outbox_message_history_d%s',
-                   d, d, d);
-    RETURN cardinality(kept);
-END $f$;
+    EXECUTE replace(def, 'LOCK TABLE {old};', 'LOCK TABLE {new};');
+END $do$
 """
 
 
 def upgrade() -> None:
-    op.execute(BODY.replace("{only}", "ONLY "))
+    op.get_bind().exec_driver_sql(REPLACE.format(old=PARENTS, new=ONLY_PARENTS))
 
 
 def downgrade() -> None:
-    op.execute(BODY.replace("{only}", ""))
+    op.get_bind().exec_driver_sql(REPLACE.format(old=ONLY_PARENTS, new=PARENTS))
