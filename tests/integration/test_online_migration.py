@@ -4,6 +4,7 @@ producers (the Python API and the SQL functions) enqueue and a relay delivers th
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -17,13 +18,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from outbox_migrations import current_revision, online, upgrade
-from outbox_relay import runtime
+from outbox_relay import maintenance, runtime
 from outbox_relay.models import Outcome
 from outbox_relay.producer import enqueue_event
 from outbox_relay.publishers.registry import Channel
 from outbox_relay.store import LeaseStore
 from outbox_tools.cli import main
-from outbox_tools.lambda_local import LocalContext, load_handler
+from outbox_tools.lambda_local import LocalContext, load_handler, project_root
 from outbox_tools.servers import create_database, drop_database, with_database
 from support.sql_functions import call
 
@@ -302,6 +303,42 @@ def test_leases_taken_before_the_swap_are_fenced_after_it_and_the_previous_enque
     # And the previous library's enqueue fails on the new tables: it must be replaced before the swap
     with pytest.raises(DBAPIError, match="ON CONFLICT"), engine.begin() as conn:
         conn.execute(PREVIOUS_ENQUEUE, {"id": uuid.uuid4()})
+
+
+def test_maintenance_purges_between_the_prepare_and_the_swap_and_manages_days_after_it(fresh_db, monkeypatch,
+                                                                                      relay_env):
+    engine = fresh_db()
+    upgrade(engine, "0015")
+    seed(engine, monkeypatch)
+    online.prepare(engine)
+    online.copy(engine, 60)
+    # Given this version's maintenance function on the prepared deployment, its window past the deliveries
+    monkeypatch.setenv("OUTBOX_RETAIN_DELIVERED_SECONDS", "60")
+    maintenance.reset()
+    handler = load_handler("maintenance")
+    scheduled = json.loads((project_root() / "events" / "maintenance-scheduled.json").read_text())
+
+    def counts() -> list[tuple]:
+        with engine.connect() as conn:
+            return conn.execute(text(f"SELECT status, count(*) FROM outbox_message GROUP BY 1 UNION ALL "
+                                     f"SELECT 'copy ' || status, count(*) FROM {online.migration().STAGING}"
+                                     f".outbox_message GROUP BY 1 ORDER BY 1")).all()
+
+    before = dict(counts())
+    # When it runs before the swap: no day to manage yet, and the delivered rows are purged on both sides
+    summary = handler(scheduled, LocalContext(900))
+    assert summary["days"] == {"opened": 0, "dropped": [], "kept": 0, "skipped": [], "swap_pending": True}
+    assert summary["purged"]["delivered"] == before["delivered"] > 0
+    assert counts() == [("copy pending", before["pending"]), ("pending", before["pending"])]
+    # Then after the swap it opens and drops days as usual
+    upgrade(engine)
+    maintenance.reset()
+    summary = handler(scheduled, LocalContext(900))
+    assert summary["days"]["swap_pending"] is False and summary["days"]["dropped"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT status, count(*) FROM outbox_message GROUP BY 1")).all() == [
+            ("pending", before["pending"])]
+    maintenance.reset()
 
 
 def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_db, monkeypatch):

@@ -30,10 +30,11 @@ class DaysResult:
     dropped: list[int] = field(default_factory=list)
     kept: int = 0  # rows of dropped days moved to day 0
     skipped: list[int] = field(default_factory=list)  # busy: left for the next run
+    swap_pending: bool = False  # 0016 prepared online, not swapped in: no day to manage yet
 
     def as_dict(self) -> dict[str, Any]:
         return {"opened": self.opened, "dropped": [day_text(d) for d in self.dropped], "kept": self.kept,
-                "skipped": [day_text(d) for d in self.skipped]}
+                "skipped": [day_text(d) for d in self.skipped], "swap_pending": self.swap_pending}
 
 
 def day_text(day: int | None) -> str | None:
@@ -44,6 +45,10 @@ def manage_days(engine: Engine, *, delivered_older_than_seconds: float, margin_d
                 keep_going: Callable[[], bool] | None = None) -> DaysResult:
     """Open the days through `margin_days` ahead, then drop each day that ended before the window."""
     result = DaysResult()
+    if not run_with_retry(engine, lambda c: c.execute(sql.operations.days_managed).scalar_one()):
+        # The old tables still serve; the swap opens the margin, and ids beyond it go to day 0 meanwhile.
+        result.swap_pending = True
+        return result
     result.opened = _with_short_locks(engine, sql.operations.open_days, {"margin_days": int(margin_days)}) or 0
     window = {"older_than_seconds": float(delivered_older_than_seconds)}
     days = run_with_retry(engine, lambda c: [r[0] for r in c.execute(sql.operations.expired_days, window)])

@@ -295,6 +295,10 @@ SELECT c.channel,
                       LIMIT 1) g ON true
  ORDER BY c.channel
 
+-- name: days_managed
+-- Whether the day functions are here: not between an online prepare of 0016 and its swap.
+SELECT to_regprocedure('outbox_open_day(integer)') IS NOT NULL
+
 -- name: open_days
 -- Open the days from the first not yet open through :margin_days ahead (outbox_open_day:
 -- their three partitions). Only days beyond tomorrow's tomorrow: ids up to a day ahead are
