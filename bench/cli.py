@@ -114,7 +114,8 @@ class Config:
                             model=self.latency["model"], batch_size=1000)
         self.catchup = dict(pollers=max(counts), outage=60.0 * (extra.get("outage_minutes") or
                                                                  (0.1 if quick else 15.0)),
-                            lead=3.0 if quick else 20.0, tail_at_least=10.0 if quick else 60.0, model=self.latency["model"], batch_size=1000)
+                            lead=3.0 if quick else 20.0, tail_at_least=10.0 if quick else 60.0,
+                            backlog=self.pollers["backlog"], model=self.latency["model"], batch_size=1000)
         self.autoscale = dict(step_seconds=extra.get("step_seconds") or (10.0 if quick else 240.0),
                               pollers=counts[0] if extra.get("pollers") else 1,
                               pollers_max=extra.get("pollers_max") or 4,
@@ -382,28 +383,24 @@ def _fmt_rate(v: float | None) -> str:
 
 
 def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, Any]) -> dict[str, Any]:
-    """The pollers' rates of this run, else of the results file, else `--r1` alone (no reference)."""
+    """R1: `--r1`, else one poller's sustained rate of this run's pollers section, else the results file's."""
     from .scaling import run_catchup
 
     n = cfg.catchup["pollers"]
-    pollers, source = results.get("pollers"), "this run"
-    if not pollers and cfg.previous.get("pollers"):
-        pollers, source = cfg.previous["pollers"], f"the pollers section of {cfg.previous['pollers'].get('run')}"
+    pollers = results.get("pollers") or cfg.previous.get("pollers")
     counts = {c["pollers"]: c for c in (pollers or {}).get("counts", [])}
     r1 = cfg.r1 or (counts.get(1) or {}).get("sustained_per_second")
     if not r1:
         raise click.ClickException("catchup needs one poller's sustained rate: run `python -m bench pollers` "
                                    "first, or pass --r1")
-    reference = ((counts.get(n) or {}).get("drain") or {}).get("drain_per_second")
-    result = run_catchup(env, r1=r1, reference=reference, reference_from=source if reference else None,
-                         streams=cfg.streams, **cfg.catchup)
+    result = run_catchup(env, r1=r1, streams=cfg.streams, **cfg.catchup)
     if "skipped" in result:
         console.print(f"  skipped: {result['skipped']}")
         return result
     console.print(f"  {n} pollers, {result['offered_per_second']:,}/s offered, downstream down "
                   f"{result['outage_seconds']:g} s: {result['backlog_at_restart']:,} waiting at the restart, drained "
                   f"in {result['backlog_drained_seconds']} s at {_fmt_rate(result['drain_per_second'])}/s "
-                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' backlog drain); lag normal again "
+                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' drain of a backlog into that Redis); lag normal again "
                   f"after {result['caught_up_after_seconds'] or '(not while the producers ran)'} s; "
                   f"{result['check']['keys_out_of_order']} keys out "
                   f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
@@ -744,8 +741,8 @@ _make("pollers", ("pollers",), "Sustained latency-mode rate (lag p99 <= 500 ms) 
       "checked; not part of all.")
 _make("catchup", ("catchup",), "A downstream outage (the bench's own Redis killed for --outage-minutes, default 15) "
       "under half of one poller's rate with ordering keys, then the backlog drained by --pollers (default 4): "
-      "drain rate vs the pollers' sustained rate, time until lag is normal, order, lost, duplicates; not part "
-      "of all.")
+      "drain rate vs the same pollers' drain of a backlog waiting over the same keys into that Redis, time until "
+      "lag is normal, order, lost, duplicates; not part of all.")
 _make("scaling", ("pollers", "catchup"), "pollers, then catchup, in one run (its ratios within it).")
 _make("autoscale", ("autoscale",), "Offered load stepped from 10 % of one poller's sustained rate (R1: --r1, or "
       "the pollers section) to 300 % and back (--step-seconds each), OUTBOX_POLLERS_MAX --pollers-max: how soon "

@@ -76,7 +76,13 @@ def test_a_downstream_outage_delivers_nothing_then_drains_in_key_order(servers, 
     # what was committed during the outage waited, and was delivered after it
     assert section["backlog_at_restart"] >= 0.9 * 100 * 6 and section["drain_per_second"] > 0
     assert section["caught_up_after_seconds"] is not None
-    assert section["reference_per_second"] is None and section["drain_vs_reference"] is None  # --r1 alone
+    # the reference: the same pollers draining a backlog over the producers' keys (one producer at 100/s)
+    reference = section["reference_drain"]
+    _every_message_once_in_order(reference["run"])
+    assert reference["messages"] == 500 and reference["keys"] == section["keys_per_producer"]
+    assert reference["run"]["sent"] + reference["messages"] == reference["run"]["delivered"]
+    assert section["reference_per_second"] == reference["drain_per_second"] > 0
+    assert section["drain_vs_reference"] == round(section["drain_per_second"] / section["reference_per_second"], 3)
     assert section["check"] == {"ok": True, "keys_out_of_order": 0, "lost": 0, "duplicates": 0}
     assert "Catching up after a downstream outage" in report.markdown(results)
     assert_nothing_left(servers.database_url, servers.redis_url, database, redis_prefix)
