@@ -75,3 +75,42 @@ def test_entries_are_lost_by_a_redis_crash_when_redis_does_not_persist(enqueue, 
     assert _entries(own_redis, redis_prefix + "orders") == []
     assert {r["status"] for r in rows()} == {"delivered"} and len(rows()) == N
     assert store.claim("next", 100, 30).messages == ()
+
+
+@pytest.mark.parametrize("own_redis", [APPEND_ONLY_ALWAYS + ["--key-load-delay", "100"]], indirect=True,
+                         ids=["appendonly-loading"])
+def test_the_gate_stays_closed_while_a_restarted_redis_loads_its_data(enqueue, store, plenty, own_redis,
+                                                                      redis_prefix):
+    import threading
+
+    # Given a Redis whose append-only file takes seconds to load (100 µs per key), killed and started again
+    client = redis_lib.Redis.from_url(own_redis.url)
+    with client.pipeline(transaction=False) as pipe:
+        for i in range(20_000):
+            pipe.set(f"{redis_prefix}filler.{i}", i)
+        pipe.execute()
+    own_redis.kill()
+    restarted = threading.Thread(target=own_redis.restart)  # returns once PING is answered
+    restarted.start()
+    publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=60)
+    # When the relay checks its gate while Redis loads (INFO is answered then, writes are refused)
+    closed = []
+    while restarted.is_alive():
+        try:
+            loading = client.info("persistence")["loading"] == 1
+        except redis_lib.ConnectionError:  # not listening yet
+            continue
+        if loading:
+            closed.append(publisher.gate())
+    restarted.join()
+    # Then the gate said so every time: no batch is claimed to fail on LOADING
+    assert closed and all(reason and "redis" in reason for reason in closed), closed
+    # and once loaded it opens, and a batch is delivered
+    assert publisher.gate() is None
+    enqueue(3, stream="after")
+    claimed = store.claim("a", 10, 30).messages
+    delivered = []
+    publisher.deliver(claimed, plenty, delivered.extend)
+    assert [r.error_class for r in delivered] == [None] * 3
+    assert client.xlen(redis_prefix + "after") == 3
+    client.close()

@@ -77,7 +77,8 @@ class RedisStreamsPublisher(Publisher):
         self._counts = dict.fromkeys(METRICS, 0)
 
     def gate(self) -> str | None:
-        """Every primary answers, is below the memory mark (no OOM since) and has WAIT's replicas."""
+        """Every primary answers (not loading its data), is below the memory mark (no OOM since) and has
+        WAIT's replicas."""
         try:
             if self._refresh_slots:
                 # A node failed mid-batch: ask the cluster which node serves which slot now.
@@ -104,11 +105,13 @@ class RedisStreamsPublisher(Publisher):
             node.ping()
             return self._oom_gate(None)
         pipe = node.pipeline(transaction=False)
+        # Redis answers INFO while it loads its data after a restart, but refuses PING and every write (LOADING).
+        pipe.ping()
         pipe.info("memory")
         if self.wait_replicas:
             pipe.info("replication")
         try:
-            replies = pipe.execute()
+            _, *replies = pipe.execute()
         except ResponseError as exc:
             if reply_error_text(exc).startswith("NOPERM") or "unknown command" in str(exc).lower():
                 # INFO renamed or not granted (an ACL): fall back to PING and the remembered OOM.
