@@ -94,14 +94,18 @@ def test_the_gate_stays_closed_while_a_restarted_redis_loads_its_data(enqueue, s
     restarted.start()
     publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=60)
     # When the relay checks its gate while Redis loads (INFO is answered then, writes are refused)
+    def loading() -> bool:
+        try:
+            return client.info("persistence")["loading"] == 1
+        except redis_lib.ConnectionError:  # not listening yet
+            return False
+
     closed = []
     while restarted.is_alive():
-        try:
-            loading = client.info("persistence")["loading"] == 1
-        except redis_lib.ConnectionError:  # not listening yet
-            continue
-        if loading:
-            closed.append(publisher.gate())
+        if loading():
+            reason = publisher.gate()
+            if loading():  # still loading when the gate answered
+                closed.append(reason)
     restarted.join()
     # Then the gate said so every time: no batch is claimed to fail on LOADING
     assert closed and all(reason and "redis" in reason for reason in closed), closed
