@@ -84,9 +84,10 @@ class BenchEnv:
         return self._engine
 
     def reset_table(self) -> None:
-        """Empty the outbox (TRUNCATE, identity restarted): each scenario starts from a clean table."""
+        """Empty the outbox (TRUNCATE, identity restarted): each scenario starts from clean tables.
+        The history is named too: the trigger would DELETE it, leaving its pages behind."""
         with self.engine.connect() as conn:
-            conn.execute(text("TRUNCATE outbox_message, outbox_message_body RESTART IDENTITY"))
+            conn.execute(text("TRUNCATE outbox_message, outbox_message_body, outbox_message_history RESTART IDENTITY"))
 
     def vacuum_analyze(self) -> None:
         """VACUUM ANALYZE the outbox, as autovacuum would have done on a maintained server."""

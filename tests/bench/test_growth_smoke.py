@@ -37,6 +37,12 @@ def test_seeded_days_a_days_drop_against_delete_and_a_soak_on_the_bench_server(s
         with env.engine.connect() as conn:
             assert conn.execute(text("SHOW autovacuum")).scalar_one() == "on"
         growth._seed(env, delivered=1400, pending=30, stream=redis_prefix + "growth")
+        # Seeded again: each case starts from empty tables, not from the last one's dead history
+        env.reset_table()
+        with env.engine.connect() as conn:
+            assert conn.execute(text("SELECT sum(pg_relation_size(inhrelid)) FROM pg_inherits "
+                                     "WHERE inhparent = 'outbox_message_history'::regclass")).scalar_one() == 0
+        growth._seed(env, delivered=1400, pending=30, stream=redis_prefix + "growth")
         assert _counts(env) == {"delivered": 1400, "pending": 30, "bodies": 1430, "history": 70}
         with env.engine.connect() as conn:
             rows = conn.execute(text("SELECT message_id, created_at, day, tableoid::regclass::text FROM outbox_message "
