@@ -10,6 +10,7 @@ the same directory, and counts what is left.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 import pytest
@@ -81,8 +82,6 @@ def test_entries_are_lost_by_a_redis_crash_when_redis_does_not_persist(enqueue, 
                          ids=["appendonly-loading"])
 def test_the_gate_stays_closed_while_a_restarted_redis_loads_its_data(enqueue, store, plenty, own_redis,
                                                                       redis_prefix):
-    import threading
-
     # Given a Redis whose append-only file takes seconds to load (100 µs per key), killed and started again
     client = redis_lib.Redis.from_url(own_redis.url)
     with client.pipeline(transaction=False) as pipe:
@@ -93,6 +92,7 @@ def test_the_gate_stays_closed_while_a_restarted_redis_loads_its_data(enqueue, s
     restarted = threading.Thread(target=own_redis.restart)  # returns once PING is answered
     restarted.start()
     publisher = RedisStreamsPublisher(client, dedupe_ttl_seconds=60)
+
     # When the relay checks its gate while Redis loads (INFO is answered then, writes are refused)
     def loading() -> bool:
         try:
