@@ -5,6 +5,9 @@ producers (the Python API and the SQL functions) enqueue and a relay delivers th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -465,3 +468,115 @@ def test_a_half_done_prepare_is_abandoned_too(fresh_db, monkeypatch):
     # When it is abandoned, then the schema is a plain 0015's
     assert online.abandon(engine)
     assert catalog(engine, CATALOG[:-1]) == catalog(plain, CATALOG[:-1])
+
+
+# The previous version's relay, run as a scheduled invocation after invocation until told to stop:
+# its own `outbox_relay` (first on the path) on the tables as they are, whatever the step.
+PREVIOUS_RELAY = """
+import json, os, sys, time
+import outbox_relay
+from outbox_tools.lambda_local import LocalContext, load_handler
+handler = load_handler("relay")
+ran = failed = 0
+while not os.path.exists(sys.argv[1]):
+    try:
+        handler({"source": "outbox.scheduler", "channel": "redis"}, LocalContext(60.0))
+        ran += 1
+    except Exception as exc:
+        failed += 1
+        print(type(exc).__name__, str(exc).splitlines()[0][:200], file=sys.stderr)
+    time.sleep(0.05)
+print(json.dumps({"ran": ran, "failed": failed, "library": outbox_relay.__file__}))
+"""
+
+
+def previous_version(tmp_path) -> str:
+    """The last commit whose schema head was 0015, extracted (shared, tools, the relay function)."""
+    root = str(project_root())
+    added = subprocess.run(["git", "-C", root, "log", "-1", "--format=%H", "--diff-filter=A", "--",
+                            "migrations/outbox_migrations/versions/0016_day_partitions.py"],
+                           capture_output=True, text=True)
+    if added.returncode or not added.stdout.strip():
+        pytest.skip("the previous version comes from this checkout's git history, which is not here")
+    rev = added.stdout.strip() + "^"
+    archive = subprocess.run(["git", "-C", root, "archive", "--format=tar", rev, "pyproject.toml", "shared", "tools",
+                              "functions/relay"],
+                             capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"git archive {rev}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    return str(tmp_path)
+
+
+def test_the_previous_relay_delivers_on_prepared_tables_and_through_the_swap(fresh_db, monkeypatch, relay_env,
+                                                                            redis_client, redis_prefix, tmp_path):
+    old = previous_version(tmp_path)
+    engine = fresh_db()
+    stream = redis_prefix + "orders"
+    # Given a deployment at 0015 with a backlog, prepared online, its relay still the previous version's
+    upgrade(engine, "0015")
+    with engine.begin() as conn:
+        for q in SEED.split(";\n"):
+            if q.strip():
+                conn.execute(text(q), {"n": 600, "delivered": 300, "stream": stream})
+        backlog = conn.execute(text("SELECT message_id, key FROM outbox_message WHERE status = 'pending' "
+                                    "ORDER BY seq")).all()
+    online.prepare(engine)
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("OUTBOX_BATCH_SIZE", "50")
+    stop = tmp_path / "stop"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([f"{old}/shared", f"{old}/tools"]))
+    previous = subprocess.Popen([sys.executable, "-c", PREVIOUS_RELAY, str(stop)], cwd=old, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    produced: dict[str, list[uuid.UUID]] = defaultdict(list)
+
+    def produce(n: int) -> None:  # this version's library, as step 2 deploys it
+        with engine.begin() as conn:
+            for i in range(n):
+                key = f"live{i % 3}"
+                produced[key].append(enqueue_event(conn, stream=stream, type="live", key=key, payload={"i": i}))
+
+    def delivered_rows() -> int:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM outbox_message WHERE status = 'delivered'")).scalar_one()
+
+    try:
+        # When the previous relay delivers while the copy is made and producers enqueue
+        produce(30)
+        online.copy(engine, 600, batch=100)
+        produce(30)
+        deadline = time.monotonic() + 120
+        while delivered_rows() < 600 + 60 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert delivered_rows() == 600 + 60
+        produce(30)
+        # ... and goes on running through the swap and after it, as a stack deploy may leave it for a while
+        upgrade(engine)
+        assert current_revision(engine) == "0017"
+        produce(30)
+        deadline = time.monotonic() + 120
+        while delivered_rows() < 600 + 120 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.touch()
+        out, err = previous.communicate(timeout=120)
+    ran = json.loads(out.strip().splitlines()[-1])
+    assert ran["failed"] == 0, err
+    assert ran["library"].startswith(old), ran  # the previous version's, not this one's
+    # Then every message is delivered once, each key's in order, each recorded once with its body
+    entries = [uuid.UUID(f["id"]) for _, f in redis_client.xrange(stream)]
+    wanted = [m for m, _ in backlog] + [m for ids in produced.values() for m in ids]
+    assert sorted(entries) == sorted(wanted)
+    first = {}
+    for i, m in enumerate(entries):
+        first.setdefault(m, i)
+    keys = dict(produced)
+    for m, key in backlog:
+        keys.setdefault(key, []).append(m)
+    for key, ids in keys.items():
+        assert [first[m] for m in ids] == sorted(first[m] for m in ids), key
+    with engine.connect() as conn:
+        total, ids, bodies, statuses = conn.execute(text(
+            "SELECT count(*), count(DISTINCT message_id), (SELECT count(*) FROM outbox_message_body), "
+            "array_agg(DISTINCT status) FROM outbox_message")).one()
+    assert (total, ids, bodies, statuses) == (600 + 120,) * 3 + (["delivered"],)
