@@ -131,6 +131,11 @@ class Config:
                        dict(delivered=delivered or [10_000, 10_000_000], pending=1_000, claims=500, claim_batch=100,
                             enqueues=1_000, drain=20_000))
         self.growth |= dict(soak_minutes=extra.get("soak_minutes"), rate=extra.get("rate") or 1000)
+        self.soak_only = bool(extra.get("soak_only"))
+        if self.soak_only and not self.growth["soak_minutes"]:
+            raise click.BadParameter("runs the soak alone: give --soak-minutes too", param_hint="'--soak-only'")
+        if self.soak_only and delivered:
+            raise click.BadParameter("runs no case: leave --delivered out", param_hint="'--soak-only'")
         self.memory_batch_sizes = [10, 1000] if quick and not batch_sizes else self.batch_sizes
         self.ses_n = 30 if quick else 500
         self.aws = dict(n=n or (100 if quick else 3_000),
@@ -508,9 +513,23 @@ def _recovery(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
 
 
 def _growth(env: BenchEnv, cfg: Config, console: Console) -> dict[str, Any]:
-    from .growth import run_growth
+    from .growth import run_growth, run_soak_alone, section_ok
 
-    result = run_growth(env, **cfg.growth)
+    # A run of one half (the cases, or the soak alone) keeps the other half of the results file,
+    # each labelled with its own run.
+    previous = cfg.previous.get("growth") or {}
+    if cfg.soak_only:
+        if not previous.get("cases"):
+            raise click.UsageError("--soak-only: the results file has no growth cases to keep; run "
+                                   "`python -m bench growth` first")
+        cases_run = previous.get("cases_run") or {k: previous.get(k) for k in ("started_at", "load_average_at_start")}
+        soak = run_soak_alone(env, minutes=cfg.growth["soak_minutes"], rate=cfg.growth["rate"])
+        result = previous | {"cases_run": cases_run, "soak": soak}
+    else:
+        result = run_growth(env, **cfg.growth)
+        if result["soak"] is None and (previous.get("soak") or {}).get("started_at"):
+            result["soak"] = previous["soak"]
+    result["check"] = {"ok": section_ok(result["cases"], result["soak"])}
     for c in result["cases"]:
         drop, delete = c["retention"]["drop"], c["retention"]["delete"]
         console.print(f"  {c['case']}: claim p99 {c['p99_ms']:.2f} ms (planning p99 {c['planning']['p99_ms']:.2f} ms), "
@@ -660,6 +679,9 @@ def _common(f: Callable) -> Callable:
         click.option("--soak-minutes", type=_Number("a number of minutes", positive=True), default=None,
                      metavar="MINUTES", help="Growth: also run producers and a relay this long with the delivered "
                      "window compressed into the run, days dropped during it (default: no soak)."),
+        click.option("--soak-only", is_flag=True,
+                     help="Growth: run the soak alone; the cases stay those of the results file. A run without "
+                     "--soak-minutes keeps the results file's soak alike. Each is labelled with its own run."),
         click.option("--rate", type=COUNT, default=None, metavar="MSG/S",
                      help="Growth: the soak's offered rate (default 1,000)."),
         click.option("--streams", type=int, default=1, show_default=True,

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from sqlalchemy import create_engine, text
@@ -562,8 +563,20 @@ def run_growth(env: BenchEnv, *, delivered: list[int], pending: int, claims: int
         "drain_ratio": ratio(large["drain"]["messages_per_second"], small["drain"]["messages_per_second"]),
         "planning_p99_ratio": ratio(large["planning"]["p99_ms"], small["planning"]["p99_ms"]),
         "soak": soak,
-        "check": {"ok": all(c["drain"]["ok"] and c["retention"]["ok"] for c in cases) and (soak is None or soak["ok"])},
+        "check": {"ok": section_ok(cases, soak)},
     }
+
+
+def run_soak_alone(env: BenchEnv, *, minutes: float, rate: int = 1000) -> dict[str, Any]:
+    """The soak without the cases (`--soak-only`), on a PostgreSQL of the bench's own."""
+    with growth_env(env) as own:
+        soak = run_soak(own, minutes=minutes, rate=rate)
+        own.clean_redis()
+    return soak
+
+
+def section_ok(cases: list[dict[str, Any]], soak: dict[str, Any] | None) -> bool:
+    return all(c["drain"]["ok"] and c["retention"]["ok"] for c in cases) and (soak is None or soak["ok"])
 
 
 # ------------------------------------------------------------------ the soak
@@ -691,6 +704,8 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
     from . import lambda_model
     from .latency import producers_for
 
+    stamps = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     seconds = minutes * 60.0
     interval = seconds / SOAK_DROPS
     per_day = max(1, round(rate * interval))
@@ -824,7 +839,7 @@ def run_soak(env: BenchEnv, *, minutes: float, rate: int, batch_size: int = 1000
     first_drop = runs[0]["t"] if runs else seconds
     after = [x["bytes"] for x in samples if x["t"] >= first_drop]
     sent_total = sum(s["sent"] for s in sent)
-    return {
+    return stamps | {
         "minutes": minutes, "rate": rate, "producers": n_producers, "batch_size": batch_size,
         "relay_cpu": lambda_model.CPU.label(),
         "seconds_per_day": interval, "seeded_days": seeded, "rows_per_seeded_day": per_day,

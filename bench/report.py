@@ -1058,7 +1058,7 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{growth['enqueues']:,} enqueues of one message, a drain of {growth['drain_messages']:,}; "
                    f"claim plans on the partial indexes in every case: {_fmt(growth['plans_ok'])}"
                    + (f", delivered days pruned from them: {_fmt(growth['plans_prune_history'])}"
-                      if "plans_prune_history" in growth else "") + f"{_when(growth)}):")
+                      if "plans_prune_history" in growth else "") + f"{_when(growth.get('cases_run') or growth)}):")
         out += [""] + growth_table(growth) + [""]
         if "drop" in growth["cases"][0]["retention"]:
             out.append("A day's retention both ways on the same server in the same run, each right after a "
@@ -1075,7 +1075,9 @@ def markdown(results: dict[str, Any]) -> str:
         out += [plots.growth_figure(results).link(), ""]
         soak = growth.get("soak")
         if soak:
-            out.append(f"The soak: {soak['minutes']:g} minutes, producers offering {soak['rate']:,} msg/s and a relay "
+            when = (f" (run {soak['started_at']}, load average {soak.get('load_average_at_start')})"
+                    if soak.get("started_at") else "")
+            out.append(f"The soak{when}: {soak['minutes']:g} minutes, producers offering {soak['rate']:,} msg/s and a relay "
                        f"({soak['relay_cpu']}; drain-mode invocations every second or at once after a full batch), "
                        f"the delivered window compressed: a day keeps its real length, so {soak['seeded_days']} past "
                        f"days were seeded with {soak['rows_per_seeded_day']:,} rows each (what the producers offer "

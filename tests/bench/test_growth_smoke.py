@@ -108,3 +108,22 @@ def test_the_growth_command_writes_both_cases_and_refuses_a_bad_count(servers, r
         assert case["planning"]["repetitions"] == 10 and case["planning"]["p99_ms"] > 0
         assert case["drain"]["delivered"] == 200 and case["size"]["total_bytes"] > 0
     assert result["cases"][1]["size"]["total_bytes"] > result["cases"][0]["size"]["total_bytes"]
+
+    # A soak run alone keeps the cases, each half labelled with its own run
+    refused = subprocess.run([*command, "--soak-only"], cwd=project_root(), env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and "'--soak-only'" in refused.stderr and "Traceback" not in refused.stderr
+    soaked = subprocess.run([*command, "--soak-only", "--soak-minutes", "0.75", "--rate", "40"], cwd=project_root(),
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert soaked.returncode == 0, soaked.stdout[-3000:] + soaked.stderr[-3000:]
+    after = json.loads(out.read_text())["growth"]
+    assert after["cases"] == result["cases"] and after["check"]["ok"]
+    assert after["cases_run"]["started_at"] == result["started_at"] < after["soak"]["started_at"]
+    assert after["soak"]["ok"] and after["soak"]["delivered"] == after["soak"]["sent"] > 0
+    # ... and a run of the cases alone keeps that soak
+    again = subprocess.run([*command, "--delivered", "700,1400"], cwd=project_root(), env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    last = json.loads(out.read_text())["growth"]
+    assert [c["delivered"] for c in last["cases"]] == [700, 1400] and "cases_run" not in last
+    assert last["soak"] == after["soak"]
