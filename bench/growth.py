@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -229,16 +230,33 @@ def growth_env(env: BenchEnv) -> Iterator[BenchEnv]:
 def _insert(conn: Any, *, status: str, n: int, stream: str, chunk: int = 1_000_000, span: float = DAYS * 86400.0,
             newest: float | None = None, pad: int = 0) -> None:
     """`n` rows of `status` with their bodies (and some history), in statements of `chunk`;
-    delivered ones spread over the `span` seconds before `newest` (epoch seconds; none: now)."""
+    delivered ones spread over the `span` seconds before `newest` (epoch seconds; none: now).
+    Seeding is PostgreSQL's CPU, one statement a core: with more chunks than one, each core's
+    connection takes a contiguous run of them in time order, as producers append."""
     base = conn.execute(NEXT_SEQ).scalar_one()
     salt = str(time.time_ns())
-    for lo in range(1, n + 1, chunk):
-        params = {"base": base, "lo": lo, "hi": min(n, lo + chunk - 1), "total": n, "span": span,
-                  "newest": newest, "status": status, "salt": salt, "stream": stream, "pad": pad}
-        conn.execute(SEED_BODIES, params)
-        conn.execute(SEED_MESSAGES, params)
-        if status == "delivered":
-            conn.execute(SEED_HISTORY, params)
+    chunks = [(lo, min(n, lo + chunk - 1)) for lo in range(1, n + 1, chunk)]
+
+    def seed(c: Any, part: list[tuple[int, int]]) -> None:
+        for lo, hi in part:
+            params = {"base": base, "lo": lo, "hi": hi, "total": n, "span": span, "newest": newest,
+                      "status": status, "salt": salt, "stream": stream, "pad": pad}
+            c.execute(SEED_BODIES, params)
+            c.execute(SEED_MESSAGES, params)
+            if status == "delivered":
+                c.execute(SEED_HISTORY, params)
+
+    def seed_apart(part: list[tuple[int, int]]) -> None:
+        with conn.engine.connect() as c:  # the bench's engine commits each statement
+            seed(c, part)
+
+    workers = min(os.cpu_count() or 1, len(chunks))
+    if workers < 2:
+        seed(conn, chunks)
+    else:
+        size = -(-len(chunks) // workers)
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(seed_apart, [chunks[i:i + size] for i in range(0, len(chunks), size)]))
     conn.execute(SET_SEQ, {"seq": base + n})
 
 
@@ -248,7 +266,7 @@ def open_days(conn: Any, lo: int, hi: int) -> None:
     conn.execute(OPEN_DAYS, {"lo": lo, "hi": hi})
 
 
-def _seed(env: BenchEnv, *, delivered: int, pending: int, stream: str) -> float:
+def _seed(env: BenchEnv, *, delivered: int, pending: int, stream: str, chunk: int = 1_000_000) -> float:
     """Empty the outbox, seed `delivered` rows over the last `DAYS` days (their days open) and
     `pending` due ones, VACUUM ANALYZE; the seconds it took."""
     started = time.perf_counter()
@@ -257,7 +275,7 @@ def _seed(env: BenchEnv, *, delivered: int, pending: int, stream: str) -> float:
         today = conn.execute(TODAY).scalar_one()
         open_days(conn, today - DAYS, today + 1)
         if delivered:
-            _insert(conn, status="delivered", n=delivered, stream=stream)
+            _insert(conn, status="delivered", n=delivered, stream=stream, chunk=chunk)
         if pending:
             _insert(conn, status="pending", n=pending, stream=stream)
         conn.execute(text("VACUUM ANALYZE " + ", ".join(TABLES)))

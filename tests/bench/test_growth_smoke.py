@@ -42,7 +42,8 @@ def test_seeded_days_a_days_drop_against_delete_and_a_soak_on_the_bench_server(s
         with env.engine.connect() as conn:
             assert conn.execute(text("SELECT sum(pg_relation_size(inhrelid)) FROM pg_inherits "
                                      "WHERE inhparent = 'outbox_message_history'::regclass")).scalar_one() == 0
-        growth._seed(env, delivered=1400, pending=30, stream=redis_prefix + "growth")
+        # (in chunks that the cores seed at once, as 10^8 rows are)
+        growth._seed(env, delivered=1400, pending=30, stream=redis_prefix + "growth", chunk=300)
         assert _counts(env) == {"delivered": 1400, "pending": 30, "bodies": 1430, "history": 70}
         with env.engine.connect() as conn:
             rows = conn.execute(text("SELECT message_id, created_at, day, tableoid::regclass::text FROM outbox_message "
