@@ -237,8 +237,12 @@ def _insert(conn: Any, *, status: str, n: int, stream: str, chunk: int = 1_000_0
     salt = str(time.time_ns())
     chunks = [(lo, min(n, lo + chunk - 1)) for lo in range(1, n + 1, chunk)]
 
+    stop = threading.Event()  # set when the caller stops (Ctrl-C): the other connections stop after their chunk
+
     def seed(c: Any, part: list[tuple[int, int]]) -> None:
         for lo, hi in part:
+            if stop.is_set():
+                return
             params = {"base": base, "lo": lo, "hi": hi, "total": n, "span": span, "newest": newest,
                       "status": status, "salt": salt, "stream": stream, "pad": pad}
             c.execute(SEED_BODIES, params)
@@ -256,7 +260,11 @@ def _insert(conn: Any, *, status: str, n: int, stream: str, chunk: int = 1_000_0
     else:
         size = -(-len(chunks) // workers)
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(seed_apart, [chunks[i:i + size] for i in range(0, len(chunks), size)]))
+            try:
+                list(pool.map(seed_apart, [chunks[i:i + size] for i in range(0, len(chunks), size)]))
+            except BaseException:
+                stop.set()
+                raise
     conn.execute(SET_SEQ, {"seq": base + n})
 
 
