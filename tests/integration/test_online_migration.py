@@ -91,12 +91,17 @@ def catalog(engine: Engine, queries: list[str] = CATALOG) -> list[list[tuple]]:
         return [sorted(tuple(r) for r in conn.execute(text(q)).all()) for q in queries]
 
 
+def seed_rows(conn, *, n: int, delivered: int, stream: str) -> None:
+    """`n` messages as 0015 stores them (SEED), the first `delivered` of them delivered."""
+    for q in SEED.split(";\n"):
+        if q.strip():
+            conn.execute(text(q), {"n": n, "delivered": delivered, "stream": stream})
+
+
 def seed(engine: Engine, monkeypatch) -> None:
     """Fifty messages at 0015, forty delivered; `outbox` runs on them."""
     with engine.begin() as conn:
-        for q in SEED.split(";\n"):
-            if q.strip():
-                conn.execute(text(q), {"n": 50, "delivered": 40, "stream": "orders"})
+        seed_rows(conn, n=50, delivered=40, stream="orders")
     monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
 
 
@@ -129,9 +134,7 @@ def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_pre
     # Given a deployment at 0015 with delivered history and a pending backlog
     upgrade(engine, "0015")
     with engine.begin() as conn:
-        for q in SEED.split(";\n"):
-            if q.strip():
-                conn.execute(text(q), {"n": seeded, "delivered": seeded - backlog, "stream": stream})
+        seed_rows(conn, n=seeded, delivered=seeded - backlog, stream=stream)
         history_before = conn.execute(text("SELECT count(*) FROM outbox_message_history")).scalar_one()
         backlog_ids = conn.execute(text("SELECT message_id, key FROM outbox_message WHERE status = 'pending' "
                                         "ORDER BY seq")).all()
@@ -516,9 +519,7 @@ def test_the_previous_relay_delivers_on_prepared_tables_and_through_the_swap(fre
     # Given a deployment at 0015 with a backlog, prepared online, its relay still the previous version's
     upgrade(engine, "0015")
     with engine.begin() as conn:
-        for q in SEED.split(";\n"):
-            if q.strip():
-                conn.execute(text(q), {"n": 600, "delivered": 300, "stream": stream})
+        seed_rows(conn, n=600, delivered=300, stream=stream)
         backlog = conn.execute(text("SELECT message_id, key FROM outbox_message WHERE status = 'pending' "
                                     "ORDER BY seq")).all()
     online.prepare(engine)
