@@ -41,11 +41,12 @@ def until_idle(idle: float = 1.5, margin: float = 0.5, bound: float = 120.0) -> 
     messages (pass the second value as `on_progress`), within `bound` seconds: it runs as
     long as the work takes, however loaded the machine, then as long idle."""
     start = time.monotonic()
-    last = [start]
+    last, claimed = [start], [0]
 
     def on_progress(summary) -> None:
-        if summary.last_claim_found:
-            last[0] = time.monotonic()
+        # By the count claimed: with the gate closed no claim runs, and the last one's finding stays.
+        if summary.claimed > claimed[0]:
+            last[0], claimed[0] = time.monotonic(), summary.claimed
 
     def remaining_ms() -> int:
         end = min(last[0] + idle, start + bound) + margin
