@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 from outbox_migrations import upgrade
 from outbox_relay import runtime
 from outbox_tools.servers import Servers, create_database, drop_database, find_servers, with_database
+from support.rows import EMPTY
 
 # Property tests judge results, not speed: no per-example deadline (2 shared cores).
 hypothesis_settings.register_profile("outbox", deadline=None)
@@ -65,27 +66,6 @@ def reused_db(servers: Servers, template_db: str) -> Iterator[str]:
     drop_database(servers.database_url, name)
 
 
-# A TRUNCATE of every day's partition cost a large part of each test: only the tables and
-# partitions a test wrote to (pages on disk) are truncated, and the identities restarted.
-_EMPTY = text("""
-DO $empty$
-DECLARE
-    written text;
-BEGIN
-    SELECT string_agg(t.relid::regclass::text, ', ') INTO written
-      FROM (SELECT relid FROM pg_partition_tree('outbox_message') UNION ALL
-            SELECT relid FROM pg_partition_tree('outbox_message_body') UNION ALL
-            SELECT relid FROM pg_partition_tree('outbox_message_history') UNION ALL
-            SELECT unnest(ARRAY['outbox_poller', 'outbox_email_event', 'outbox_suppression']::regclass[])) t
-     WHERE pg_relation_size(t.relid) > 0;
-    IF written IS NOT NULL THEN
-        EXECUTE 'TRUNCATE ' || written;
-    END IF;
-    PERFORM setval(pg_get_serial_sequence(s.t, s.c), 1, false)
-       FROM (VALUES ('outbox_message_body', 'seq'), ('outbox_message_history', 'id'),
-                    ('outbox_email_event', 'id')) AS s (t, c);
-END $empty$""")
-
 
 @pytest.fixture
 def database_url(servers: Servers, reused_db: str) -> Iterator[str]:
@@ -100,7 +80,7 @@ def database_url(servers: Servers, reused_db: str) -> Iterator[str]:
     engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with engine.connect() as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
-        conn.execute(_EMPTY)
+        conn.execute(EMPTY)
     engine.dispose()
     yield url
 

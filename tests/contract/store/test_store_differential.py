@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from sqlalchemy import Engine, create_engine
 
 from outbox_relay.models import ErrorClass, OrderingOnDead, Outcome, OutcomeKind, Status
+from support.rows import EMPTY
 
 from .conftest import MemoryHarness, PostgresHarness
 
@@ -46,12 +47,8 @@ class Differential(RuleBasedStateMachine):
         super().__init__()
         self.pg, self.mem = PostgresHarness(self.request), MemoryHarness(self.request)
         self.pg.app = self.engine  # pooled: the harness's own connects for every statement
-        # DELETE, not TRUNCATE: an example's few rows go at once, where a TRUNCATE of every day's
-        # partition took most of a run of hundreds of examples.
         with self.pg.app.begin() as conn:
-            for table in ("outbox_message", "outbox_message_body", "outbox_message_history"):
-                conn.exec_driver_sql(f"DELETE FROM {table}")
-            conn.exec_driver_sql("SELECT setval(pg_get_serial_sequence('outbox_message_body', 'seq'), 1, false)")
+            conn.execute(EMPTY)
         for harness in (self.pg, self.mem):
             harness.make(ordering_on_dead=self.policy).locked_hold_seconds = HOLD
         self.seqs: list[int] = []
