@@ -246,16 +246,18 @@ def _reset(env: BenchEnv) -> None:
 def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, rng: random.Random,
               batch_size: int, streams: tuple[str, ...], producers: int | None, *, pollers: int = 1,
               keys: int | None = None, during: Callable[[float], None] | None = None,
-              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0, steps: list[tuple[float, float]] | None = None,
-              settings: dict[str, str] | None = None) -> dict[str, Any]:
+              drain_limit: float = _DRAIN_LIMIT, backlog: int = 0, backlog_keys: int | None = None,
+              backlog_edit: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
+              steps: list[tuple[float, float]] | None = None, settings: dict[str, str] | None = None) -> dict[str, Any]:
     """One offered rate (`rate`, or along `steps` of (seconds, rate), `rate` their mean).
     `pollers` sets OUTBOX_POLLERS, and the first slot starts one run per poller slot (as
     that many periods of the schedule would), with the reserved concurrency the template
     derives (2 per poller at most + 1) if the model's is lower; `settings` more of the
     function's environment (OUTBOX_POLLERS_MAX: the most pollers); `keys`
     ordering keys per producer, checked in the stream; `during(began)` runs in a thread
-    once the producers began (epoch seconds); `backlog` messages (over `keys` keys) wait
-    when the first poller starts (enqueued once the containers are warm)."""
+    once the producers began (epoch seconds); `backlog` messages (over `backlog_keys` keys,
+    else `keys`; `backlog_edit` as `BenchEnv.enqueue`'s `edit`) wait when the first poller starts
+    (enqueued once the containers are warm)."""
     _reset(env)
     ctx = mp.get_context("spawn")
     settings = settings or {}
@@ -293,7 +295,7 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
             if not ready.acquire(timeout=600):
                 raise RuntimeError("a latency-bench process did not start within 600 s")
         if backlog:
-            env.enqueue(backlog, streams=streams, keys=keys)
+            env.enqueue(backlog, streams=streams, keys=backlog_keys or keys, edit=backlog_edit)
             env.vacuum_analyze()
 
         def collect() -> None:

@@ -290,7 +290,8 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     cu = results.get("catchup") or {}
     if cu.get("check"):
         add(f"Catch-up after a {cu['outage_seconds'] / 60:g}-minute downstream outage at half of one poller's rate: "
-            f"drain rate vs {cu['pollers']} pollers' backlog drain", f">= {TARGETS['catchup_vs_pollers']:g}x, "
+            f"drain rate vs {cu['pollers']} pollers' drain of as large a backlog as producers offer as much",
+            f">= {TARGETS['catchup_vs_pollers']:g}x, "
             "0 keys out of order, 0 lost",
             None if cu.get("drain_vs_reference") is None else
             f"{cu['drain_vs_reference']:.2f}x; {cu['check']['keys_out_of_order']} out of order, "
@@ -1249,12 +1250,16 @@ def scaling_lines(results: dict[str, Any]) -> list[str]:
     if cu and "skipped" not in cu:
         ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']} pollers' backlog drain, "
                f"{_rate(cu['reference_per_second'])} msg/s, of {cu['reference_from']}"
-               if cu.get("drain_vs_reference") else "no pollers section to compare with")
+               + (f"; {cu['drain_vs_unloaded']:.2f} × their drain of {cu['unloaded_drain']['messages']:,} "
+                  f"waiting with no producer to keep up with, {_rate(cu['unloaded_per_second'])} msg/s"
+                  if cu.get("drain_vs_unloaded") else "")
+               if cu.get("drain_vs_reference") else "no reference to compare with")
         check = cu["check"]
         out.append(f"Catching up after a downstream outage (`python -m bench catchup`; {cu['pollers']} pollers; "
                    f"producers offer {cu['offered_per_second']:,} msg/s, half of one poller's sustained "
                    f"{_rate(cu['r1_per_second'])} msg/s, over {cu['keys_per_producer']} ordering keys each; the "
-                   f"relay's Redis, a server of the bench's own, killed after {_fmt(cu['lead_seconds'])} s and "
+                   f"relay's PostgreSQL and Redis servers of the bench's own, autovacuum on, the Redis killed "
+                   f"after {_fmt(cu['lead_seconds'])} s and "
                    f"restarted {_fmt(cu['outage_seconds'] / 60)} min later; the producers go on "
                    f"{_fmt(cu['tail_seconds'])} s after it{_held(cu)}{_when(cu)}): "
                    f"{_fmt(cu['delivered_during_outage'])} delivered during the outage, "

@@ -36,6 +36,7 @@ from sqlalchemy import text
 from outbox_tools.redis_nodes import MissingServer, RedisNode
 
 from .env import BenchEnv
+from .growth import growth_env
 from .lambda_model import SchedulerModel
 from .latency import _one_rate, producers_for
 
@@ -116,16 +117,48 @@ def run_pollers(env: BenchEnv, *, counts: list[int], start_rate: int, seconds: f
 
 
 def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, rng: random.Random,
-                   batch_size: int, streams: tuple[str, ...], keys: int = KEYS) -> dict[str, Any]:
-    """`n` pollers draining `backlog` messages over `keys` keys that wait when they start, a
-    producer offering a trickle meanwhile: the pollers' drain rate, with no producer to keep up with."""
-    run = _one_rate(env, 50, 5.0, model, rng, batch_size, streams, None, pollers=n, keys=keys, backlog=backlog,
-                    drain_limit=600.0)
+                   batch_size: int, streams: tuple[str, ...], keys: int = KEYS, *, rate: int = 50,
+                   seconds: float = 5.0) -> dict[str, Any]:
+    """`n` pollers draining `backlog` messages over `keys` keys that wait when they start, while
+    producers offer `rate` (a trickle by default: the pollers' rate with no producer to keep up
+    with) for `seconds`. Above the trickle each producer commits over `KEYS` keys of its own and
+    the backlog waits on those same keys, in turn, as an outage leaves it; the trickle's one
+    producer commits over `keys` keys."""
+    loaded = rate > 50
+    producers = producers_for(rate)
+
+    def on_producer_keys(i: int, event: dict[str, Any]) -> dict[str, Any]:
+        # The i-th backlog message as the producers commit them: producer i mod n (seeds from 6), key in turn.
+        return event | {"key": f"p{6 + i % producers}.{(i // producers) % KEYS}"}
+
+    run = _one_rate(env, rate, seconds, model, rng, batch_size, streams, None, pollers=n,
+                    keys=KEYS if loaded else keys, backlog=backlog, backlog_keys=keys,
+                    backlog_edit=on_producer_keys if loaded else None, drain_limit=600.0)
     with env.engine.connect() as conn:
         first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
+        per_second = _per_second(conn, first_ms, last_ms) if written else []
     span = (last_ms - first_ms) / 1000 if written else None
-    return {"messages": backlog, "keys": keys, "seconds": round(span, 2) if span else None,
-            "drain_per_second": round(written / span, 1) if span else None, "run": _summary(run)}
+    return {"messages": backlog, "keys": keys, "offered_per_second": rate, "seconds": round(span, 2) if span else None,
+            "drain_per_second": round(written / span, 1) if span else None,
+            # With producers offering, the backlog's last entry came while they still did.
+            "producers_outlasted_drain": bool(written) and last_ms / 1000 <= run["began_at"] + run["seconds"],
+            "entries_per_second": per_second, "run": _summary(run)}
+
+
+# Entries written in each second from :lo to :hi (Redis's clock, milliseconds): where a drain's time goes.
+_PER_SECOND = """
+    SELECT s, coalesce(c.n, 0)
+      FROM generate_series(0, floor((CAST(:hi AS float8) - CAST(:lo AS float8)) / 1000)::int) s
+      LEFT JOIN (SELECT floor((entry_ms - CAST(:lo AS float8)) / 1000)::int AS s, count(*) AS n
+                   FROM (SELECT split_part(delivery_ref, '-', 1)::float8 AS entry_ms FROM outbox_message
+                          WHERE status = 'delivered') e
+                  WHERE entry_ms BETWEEN CAST(:lo AS float8) AND CAST(:hi AS float8) GROUP BY 1) c USING (s)
+     ORDER BY s
+"""
+
+
+def _per_second(conn: Any, lo_ms: float, hi_ms: float) -> list[int]:
+    return [n for _, n in conn.execute(text(_PER_SECOND), {"lo": lo_ms, "hi": hi_ms})]
 
 
 # Every entry written from the backlog's first to its last, per second (the trickle's among them).
@@ -142,12 +175,13 @@ def run_catchup(env: BenchEnv, *, r1: float, pollers: int, outage: float, lead: 
                 backlog: int, model: SchedulerModel, batch_size: int, streams: tuple[str, ...]) -> dict[str, Any]:
     rate = max(1, int(r1 * 0.5))
     keys = KEYS * producers_for(rate)  # the producers' keys, each producer its own
-    with tempfile.TemporaryDirectory(prefix="outbox-bench-catchup-") as workdir:
+    waiting = max(backlog, int(rate * outage))  # what the outage leaves waiting
+    with tempfile.TemporaryDirectory(prefix="outbox-bench-catchup-") as workdir, growth_env(env) as pg:
         try:
             node = RedisNode(Path(workdir), "--appendonly", "yes", "--appendfsync", "no").start()
         except MissingServer as exc:
             return {"skipped": str(exc)}
-        own = dataclasses.replace(env, servers=dataclasses.replace(env.servers, redis_url=node.url, _cleanup=[]),
+        own = dataclasses.replace(pg, servers=dataclasses.replace(pg.servers, redis_url=node.url, _cleanup=[]),
                                   _engine=None, _redis=None)
         times: dict[str, float] = {}
 
@@ -160,12 +194,16 @@ def run_catchup(env: BenchEnv, *, r1: float, pollers: int, outage: float, lead: 
             times["up"] = time.time()
 
         try:
-            # The reference: into this Redis (its append-only file costs the drain as much) over the same keys.
-            drain = _backlog_drain(own, pollers, backlog, model, random.Random(model.seed), batch_size, streams,
-                                   keys)
-            reference = drain["drain_per_second"]
-            # The backlog drains at (reference - rate) net: the producers go on for twice that, and `tail_at_least`.
-            tail = max(tail_at_least, outage * rate / max(1.0, (reference or 2 * rate) - rate) * 2)
+            # Into this Redis (its append-only file costs the drain as much) over the same keys: first with
+            # no producer to keep up with, then the outage's backlog while the producers offer as after it.
+            unloaded = _backlog_drain(own, pollers, backlog, model, random.Random(model.seed), batch_size, streams,
+                                      keys)
+            # The backlog drains at (drain - rate) net: the producers go on for twice that, and `tail_at_least`.
+            tail = max(tail_at_least, waiting / max(1.0, (unloaded["drain_per_second"] or 2 * rate) - rate) * 2)
+            _empty_file(node)
+            loaded = _backlog_drain(own, pollers, waiting, model, random.Random(model.seed), batch_size, streams,
+                                    keys, rate=rate, seconds=tail)
+            _empty_file(node)
             run = _one_rate(own, rate, lead + outage + tail, model, random.Random(model.seed), batch_size, streams,
                             None, pollers=pollers, keys=KEYS, during=outage_of_downstream,
                             drain_limit=outage + 600)
@@ -173,19 +211,42 @@ def run_catchup(env: BenchEnv, *, r1: float, pollers: int, outage: float, lead: 
         finally:
             own.close()
             node.stop()
-    rate_after = phases["drain_per_second"]
-    ref_run = drain["run"]
+    rate_after, reference = phases["drain_per_second"], loaded["drain_per_second"]
+    refs = (unloaded["run"], loaded["run"])
     return {"pollers": pollers, "offered_per_second": rate, "r1_per_second": r1, "outage_seconds": outage,
             "lead_seconds": lead, "tail_seconds": round(tail, 1), "keys_per_producer": KEYS,
             "reference_per_second": reference,
-            "reference_from": f"{backlog:,} messages waiting over the producers' {keys:,} keys, drained into "
-                              "the same Redis in this section",
+            "reference_from": f"{waiting:,} messages waiting over the producers' {keys:,} keys while they offer "
+                              f"{rate:,}/s, drained into the same Redis in this section",
             "drain_vs_reference": round(rate_after / reference, 3) if rate_after and reference else None,
-            **phases, "latency_run": _summary(run), "reference_drain": drain,
-            "check": {"ok": run["check"]["ok"] and ref_run["check"]["ok"],
+            "unloaded_per_second": unloaded["drain_per_second"],
+            "drain_vs_unloaded": round(rate_after / unloaded["drain_per_second"], 3)
+            if rate_after and unloaded["drain_per_second"] else None,
+            **phases, "latency_run": _summary(run), "reference_drain": loaded, "unloaded_drain": unloaded,
+            "check": {"ok": run["check"]["ok"] and all(r["check"]["ok"] for r in refs)
+                      and loaded["producers_outlasted_drain"],
                       "keys_out_of_order": (run["check"].get("order_violations") or 0)
-                      + (ref_run["keys_out_of_order"] or 0),
-                      "lost": run["lost"] + ref_run["lost"], "duplicates": run["duplicates"] + ref_run["duplicates"]}}
+                      + sum(r["keys_out_of_order"] or 0 for r in refs),
+                      "lost": run["lost"] + sum(r["lost"] for r in refs),
+                      "duplicates": run["duplicates"] + sum(r["duplicates"] for r in refs)}}
+
+
+def _empty_file(node: RedisNode) -> None:
+    """Each run into the bench's own Redis starts from an empty append-only file: a restart
+    loads only what the run itself wrote, and rewrites come at the same sizes."""
+    client = node.client()
+    try:
+        client.flushall()
+        client.bgrewriteaof()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            info = client.info("persistence")
+            if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the bench's Redis did not rewrite its append-only file within 120 s")
+    finally:
+        client.close()
 
 
 _ENTRIES = """
@@ -213,10 +274,12 @@ def _phases(env: BenchEnv, times: dict[str, float], run: dict[str, Any]) -> dict
     with env.engine.connect() as conn:
         during, backlog, last_ms, written = conn.execute(
             text(_ENTRIES), {"down": times["down"] * 1000, "up": times["up"] * 1000}).one()
+        per_second = _per_second(conn, times["up"] * 1000, last_ms) if last_ms else []
     drain_seconds = last_ms / 1000 - times["up"] if last_ms else None
     return {"normal_lag_p99_ms": round(normal, 1), "delivered_during_outage": during,
             "backlog_at_restart": backlog,
             "backlog_drained_seconds": round(drain_seconds, 1) if drain_seconds else None,
             # Every entry written while the backlog drained (new commits among them) per second.
             "drain_per_second": round(written / drain_seconds, 1) if drain_seconds else None,
-            "caught_up_after_seconds": round(clear_s - up_s, 1) if clear_s is not None else None}
+            "caught_up_after_seconds": round(clear_s - up_s, 1) if clear_s is not None else None,
+            "entries_per_second": per_second}

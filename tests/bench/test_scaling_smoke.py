@@ -76,12 +76,17 @@ def test_a_downstream_outage_delivers_nothing_then_drains_in_key_order(servers, 
     # what was committed during the outage waited, and was delivered after it
     assert section["backlog_at_restart"] >= 0.9 * 100 * 6 and section["drain_per_second"] > 0
     assert section["caught_up_after_seconds"] is not None
-    # the reference: the same pollers draining a backlog over the producers' keys (one producer at 100/s)
-    reference = section["reference_drain"]
-    _every_message_once_in_order(reference["run"])
-    assert reference["messages"] == 500 and reference["keys"] == section["keys_per_producer"]
-    assert reference["run"]["sent"] + reference["messages"] == reference["run"]["delivered"]
-    assert section["reference_per_second"] == reference["drain_per_second"] > 0
+    # the references: the same pollers draining a backlog over the producers' keys, with no producer to keep
+    # up with (the pollers section's size), and the outage's backlog while the producers offer as after it
+    unloaded, reference = section["unloaded_drain"], section["reference_drain"]
+    for drain, messages, offered in ((unloaded, 500, 50), (reference, 600, 100)):
+        _every_message_once_in_order(drain["run"])
+        assert drain["messages"] == messages and drain["keys"] == section["keys_per_producer"]
+        assert drain["offered_per_second"] == offered == drain["run"]["offered_per_second"]
+        assert drain["run"]["sent"] + drain["messages"] == drain["run"]["delivered"] and drain["drain_per_second"] > 0
+    assert reference["producers_outlasted_drain"]
+    assert section["reference_per_second"] == reference["drain_per_second"]
+    assert section["unloaded_per_second"] == unloaded["drain_per_second"]
     assert section["drain_vs_reference"] == round(section["drain_per_second"] / section["reference_per_second"], 3)
     assert section["check"] == {"ok": True, "keys_out_of_order": 0, "lost": 0, "duplicates": 0}
     assert "Catching up after a downstream outage" in report.markdown(results)
