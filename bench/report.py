@@ -1250,6 +1250,8 @@ def scaling_lines(results: dict[str, Any]) -> list[str]:
     if cu and "skipped" not in cu:
         ref = (f"{cu['drain_vs_reference']:.2f} × the {cu['pollers']} pollers' backlog drain, "
                f"{_rate(cu['reference_per_second'])} msg/s, of {cu['reference_from']}"
+               + ("" if (cu.get("reference_drain") or {}).get("producers_outlasted_drain", True)
+                  else " (the producers stopped before that backlog had drained)")
                + (f"; {cu['drain_vs_unloaded']:.2f} × their drain of {cu['unloaded_drain']['messages']:,} "
                   f"waiting with no producer to keep up with, {_rate(cu['unloaded_per_second'])} msg/s"
                   if cu.get("drain_vs_unloaded") else "")
