@@ -405,7 +405,8 @@ def _catchup(env: BenchEnv, cfg: Config, console: Console, results: dict[str, An
     console.print(f"  {n} pollers, {result['offered_per_second']:,}/s offered, downstream down "
                   f"{result['outage_seconds']:g} s: {result['backlog_at_restart']:,} waiting at the restart, drained "
                   f"in {result['backlog_drained_seconds']} s at {_fmt_rate(result['drain_per_second'])}/s "
-                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' drain of a backlog into that Redis); lag normal again "
+                  f"({result['drain_vs_reference'] or '–'}x {n} pollers' drain of as large a backlog under the same "
+                  f"load, {result['drain_vs_unloaded'] or '–'}x their drain with no producer); lag normal again "
                   f"after {result['caught_up_after_seconds'] or '(not while the producers ran)'} s; "
                   f"{result['check']['keys_out_of_order']} keys out "
                   f"of order, {result['check']['lost']} lost, {result['check']['duplicates']} duplicates")
@@ -763,7 +764,8 @@ _make("pollers", ("pollers",), "Sustained latency-mode rate (lag p99 <= 500 ms) 
       "checked; not part of all.")
 _make("catchup", ("catchup",), "A downstream outage (the bench's own Redis killed for --outage-minutes, default 15) "
       "under half of one poller's rate with ordering keys, then the backlog drained by --pollers (default 4): "
-      "drain rate vs the same pollers' drain of a backlog waiting over the same keys into that Redis, time until "
+      "drain rate vs the same pollers' drain into that Redis of as large a backlog on the producers' keys while "
+      "they offer as much (and vs their drain with no producer), on a PostgreSQL of the section's own, time until "
       "lag is normal, order, lost, duplicates; not part of all.")
 _make("scaling", ("pollers", "catchup"), "pollers, then catchup, in one run (its ratios within it).")
 _make("autoscale", ("autoscale",), "Offered load stepped from 10 % of one poller's sustained rate (R1: --r1, or "

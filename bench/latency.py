@@ -75,6 +75,15 @@ def producers_for(rate: int) -> int:
     return max(1, min(_MAX_PRODUCERS, math.ceil(rate / _PER_PRODUCER)))
 
 
+#: The seed of the first producer; producer i commits with seed `FIRST_SEED + i`.
+FIRST_SEED = 6
+
+
+def producer_key(seed: int, i: int, keys: int) -> str:
+    """The ordering key of the i-th message producer `seed` commits over `keys` keys of its own."""
+    return f"p{seed}.{i % keys}"
+
+
 def offered_by(rate: float | list[tuple[float, float]], elapsed: float) -> float:
     """Messages offered in `elapsed` seconds at `rate` per second, or along steps of (seconds, rate)."""
     if not isinstance(rate, list):
@@ -129,7 +138,7 @@ def _producer(database_url: str, rate: float | list[tuple[float, float]], second
                 behind_max = max(behind_max, due)
                 if due > 0:
                     batch = [dict(pool[(sent + i) % _POOL], message_id=uuid7(),
-                                  key=None if keys is None else f"p{seed}.{(sent + i) % keys}")
+                                  key=None if keys is None else producer_key(seed, sent + i, keys))
                              for i in range(min(due, _PER_TRANSACTION))]
                     with conn.begin():
                         enqueue_events_bulk(conn, batch)
@@ -280,7 +289,7 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
                   for i in range(n_containers)]
     share = [(s, r / n_producers) for s, r in steps] if steps else rate / n_producers
     producer_processes = [ctx.Process(target=_producer, args=(env.database_url, share, seconds,
-                                                              env.prefix, streams, 6 + i, keys, ready, go,
+                                                              env.prefix, streams, FIRST_SEED + i, keys, ready, go,
                                                               produced),
                                       daemon=True) for i in range(n_producers)]
     stop = threading.Event()
@@ -313,7 +322,8 @@ def _one_rate(env: BenchEnv, rate: int, seconds: float, model: SchedulerModel, r
         t0 = time.time() + 0.5
         measured_for = model.cold_start + _SETTLE + seconds
         slots = plan_slots(model, rng, measured_for=measured_for,
-                           horizon=model.start_jitter + measured_for + _DRAIN_LIMIT + 2 * model.period)
+                           # The schedule fires while the bench waits for the drain, as EventBridge would.
+                           horizon=model.start_jitter + measured_for + drain_limit + 2 * model.period)
 
         def schedule() -> None:
             for slot in slots:

@@ -290,7 +290,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     cu = results.get("catchup") or {}
     if cu.get("check"):
         add(f"Catch-up after a {cu['outage_seconds'] / 60:g}-minute downstream outage at half of one poller's rate: "
-            f"drain rate vs {cu['pollers']} pollers' drain of as large a backlog as producers offer as much",
+            f"drain rate vs {cu['pollers']} pollers' drain of a backlog as large, while the producers offer as much",
             f">= {TARGETS['catchup_vs_pollers']:g}x, "
             "0 keys out of order, 0 lost",
             None if cu.get("drain_vs_reference") is None else

@@ -13,13 +13,15 @@ producer its own, checked in the stream every run.
   `max_runs` runs per count. Each count starts from the previous count's rate.
   PostgreSQL's CPU (the bench database's backends) and the machine's are recorded
   per run, so where PostgreSQL saturates shows.
-- `run_catchup`: the relay delivers to a Redis server of the bench's own, which is
-  killed for `outage` seconds (its append-only file, written before each reply,
-  keeps what was delivered: the kernel holds it when the process dies) while producers offer half of R1; then the backlog drains
-  with the producers still offering. The drain rate (entries written from the
-  restart to the last entry of a message committed before it) is compared with
-  the same pollers' drain of a backlog over the producers' keys into that same
-  Redis, measured first: the append-only file and the keys cost the same in both.
+- `run_catchup`: on a PostgreSQL of the section's own (autovacuum on), the relay
+  delivers to a Redis server of the bench's own, which is killed for `outage`
+  seconds (its append-only file, written before each reply, keeps what was
+  delivered: the kernel holds it when the process dies) while producers offer
+  half of R1; then the backlog drains with the producers still offering. The
+  drain rate (entries written from the restart to the last entry of a message
+  committed before it) is compared with the same pollers' drain, measured first
+  into that same Redis, of as large a backlog on the producers' keys while they
+  offer as much: only the outage differs (decision 0072).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from outbox_tools.redis_nodes import MissingServer, RedisNode
 from .env import BenchEnv
 from .growth import growth_env
 from .lambda_model import SchedulerModel
-from .latency import _one_rate, producers_for
+from .latency import FIRST_SEED, _one_rate, producer_key, producers_for
 
 #: A rate is sustained when the lag's p99 stays within this, milliseconds.
 LAG_P99_MS = 500.0
@@ -116,33 +119,46 @@ def run_pollers(env: BenchEnv, *, counts: list[int], start_rate: int, seconds: f
                       "lost": sum(x["lost"] for r in results for x in (*r["runs"], r["drain"]["run"]))}}
 
 
+def backlog_key(i: int, producers: int) -> str:
+    """The key of a backlog's i-th message as `producers` producers would have committed it, taking
+    turns, each over `KEYS` keys of its own in order."""
+    return producer_key(FIRST_SEED + i % producers, i // producers, KEYS)
+
+
 def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, rng: random.Random,
                    batch_size: int, streams: tuple[str, ...], keys: int = KEYS, *, rate: int = 50,
-                   seconds: float = 5.0) -> dict[str, Any]:
+                   seconds: float = 5.0, on_producers_keys: bool = False) -> dict[str, Any]:
     """`n` pollers draining `backlog` messages over `keys` keys that wait when they start, while
     producers offer `rate` (a trickle by default: the pollers' rate with no producer to keep up
-    with) for `seconds`. Above the trickle each producer commits over `KEYS` keys of its own and
-    the backlog waits on those same keys, in turn, as an outage leaves it; the trickle's one
-    producer commits over `keys` keys."""
-    loaded = rate > 50
+    with) for `seconds`. With `on_producers_keys` each producer commits over `KEYS` keys of its
+    own and the backlog waits on those same keys, in turn, as an outage leaves it; else the
+    producers and the backlog each use `keys` keys."""
     producers = producers_for(rate)
 
     def on_producer_keys(i: int, event: dict[str, Any]) -> dict[str, Any]:
-        # The i-th backlog message as the producers commit them: producer i mod n (seeds from 6), key in turn.
-        return event | {"key": f"p{6 + i % producers}.{(i // producers) % KEYS}"}
+        return event | {"key": backlog_key(i, producers)}
 
     run = _one_rate(env, rate, seconds, model, rng, batch_size, streams, None, pollers=n,
-                    keys=KEYS if loaded else keys, backlog=backlog, backlog_keys=keys,
-                    backlog_edit=on_producer_keys if loaded else None, drain_limit=600.0)
+                    keys=KEYS if on_producers_keys else keys, backlog=backlog, backlog_keys=keys,
+                    backlog_edit=on_producer_keys if on_producers_keys else None, drain_limit=600.0)
     with env.engine.connect() as conn:
         first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
         per_second = _per_second(conn, first_ms, last_ms) if written else []
+        shared = conn.execute(text(_SHARED_KEYS), {"began": run["began_at"]}).scalar_one()
     span = (last_ms - first_ms) / 1000 if written else None
-    return {"messages": backlog, "keys": keys, "offered_per_second": rate, "seconds": round(span, 2) if span else None,
+    return {"messages": backlog, "keys": keys, "keys_the_producers_used": shared, "offered_per_second": rate,
+            "seconds": round(span, 2) if span else None,
             "drain_per_second": round(written / span, 1) if span else None,
             # With producers offering, the backlog's last entry came while they still did.
             "producers_outlasted_drain": bool(written) and last_ms / 1000 <= run["began_at"] + run["seconds"],
             "entries_per_second": per_second, "run": _summary(run)}
+
+
+# The backlog's keys (committed before the producers began) that the producers committed to as well.
+_SHARED_KEYS = """
+    SELECT count(*) FROM (SELECT DISTINCT key FROM outbox_message WHERE created_at < to_timestamp(:began)) b
+      JOIN (SELECT DISTINCT key FROM outbox_message WHERE created_at >= to_timestamp(:began)) p USING (key)
+"""
 
 
 # Entries written in each second from :lo to :hi (Redis's clock, milliseconds): where a drain's time goes.
@@ -185,33 +201,39 @@ def run_catchup(env: BenchEnv, *, r1: float, pollers: int, outage: float, lead: 
                                   _engine=None, _redis=None)
         times: dict[str, float] = {}
 
+        ended = threading.Event()
+
         def outage_of_downstream(began: float) -> None:
-            time.sleep(max(0.0, began + lead - time.time()))
+            if ended.wait(max(0.0, began + lead - time.time())):
+                return
             times["down"] = time.time()
             node.kill()
-            time.sleep(outage)
+            if ended.wait(outage):
+                return
             node.restart()
             times["up"] = time.time()
 
         try:
-            # Into this Redis (its append-only file costs the drain as much) over the same keys: first with
-            # no producer to keep up with, then the outage's backlog while the producers offer as after it.
+            # Into this Redis (its append-only file costs the drain as much): first with no producer to keep
+            # up with, then the outage's backlog on the producers' keys while they offer as after it.
             unloaded = _backlog_drain(own, pollers, backlog, model, random.Random(model.seed), batch_size, streams,
                                       keys)
-            # The backlog drains at (drain - rate) net: the producers go on for four times that (a long drain
-            # runs slower than a short one), and `tail_at_least`.
+            # The producers outlast the drain the unloaded rate predicts by far: a long drain runs slower.
             tail = max(tail_at_least, waiting / max(1.0, (unloaded["drain_per_second"] or 2 * rate) - rate) * 4)
             _empty_file(node)
             loaded = _backlog_drain(own, pollers, waiting, model, random.Random(model.seed), batch_size, streams,
-                                    keys, rate=rate, seconds=tail)
+                                    keys, rate=rate, seconds=tail, on_producers_keys=True)
             _empty_file(node)
             run = _one_rate(own, rate, lead + outage + tail, model, random.Random(model.seed), batch_size, streams,
                             None, pollers=pollers, keys=KEYS, during=outage_of_downstream,
                             drain_limit=outage + 600)
             phases = _phases(own, times, run)
         finally:
-            own.close()
-            node.stop()
+            ended.set()
+            try:
+                own.close()
+            finally:
+                node.stop()
     rate_after, reference = phases["drain_per_second"], loaded["drain_per_second"]
     refs = (unloaded["run"], loaded["run"])
     return {"pollers": pollers, "offered_per_second": rate, "r1_per_second": r1, "outage_seconds": outage,
@@ -235,16 +257,22 @@ def _empty_file(node: RedisNode) -> None:
     """Each run into the bench's own Redis starts from an empty append-only file: a restart
     loads only what the run itself wrote, and rewrites come at the same sizes."""
     client = node.client()
-    try:
-        client.flushall()
-        client.bgrewriteaof()
+
+    def rewritten() -> dict[str, Any]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             info = client.info("persistence")
             if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-                return
+                return info
             time.sleep(0.1)
-        raise RuntimeError("the bench's Redis did not rewrite its append-only file within 120 s")
+        raise RuntimeError("the bench's Redis did not finish rewriting its append-only file within 120 s")
+
+    try:
+        rewritten()  # a rewrite of its own that began before the flush would keep the old entries
+        client.flushall()
+        client.bgrewriteaof()
+        if rewritten()["aof_last_bgrewrite_status"] != "ok":
+            raise RuntimeError("the bench's Redis failed to rewrite its append-only file")
     finally:
         client.close()
 

@@ -76,14 +76,23 @@ def test_a_downstream_outage_delivers_nothing_then_drains_in_key_order(servers, 
     # what was committed during the outage waited, and was delivered after it
     assert section["backlog_at_restart"] >= 0.9 * 100 * 6 and section["drain_per_second"] > 0
     assert section["caught_up_after_seconds"] is not None
+    # each second from the restart to the backlog's last entry counted once (the drain's seconds rounded)
+    after = section["drain_per_second"] * section["backlog_drained_seconds"]
+    assert abs(sum(section["entries_per_second"]) - after) <= 0.06 * section["drain_per_second"] + 1
     # the references: the same pollers draining a backlog over the producers' keys, with no producer to keep
     # up with (the pollers section's size), and the outage's backlog while the producers offer as after it
     unloaded, reference = section["unloaded_drain"], section["reference_drain"]
     for drain, messages, offered in ((unloaded, 500, 50), (reference, 600, 100)):
         _every_message_once_in_order(drain["run"])
-        assert drain["messages"] == messages and drain["keys"] == section["keys_per_producer"]
-        assert drain["offered_per_second"] == offered == drain["run"]["offered_per_second"]
+        assert drain["messages"] == messages and drain["offered_per_second"] == offered
+        assert drain["run"]["offered_per_second"] == offered
+        assert drain["keys"] == section["keys_per_producer"] * reference["run"]["producers"]
         assert drain["run"]["sent"] + drain["messages"] == drain["run"]["delivered"] and drain["drain_per_second"] > 0
+        # each second of the drain counted once
+        written = drain["drain_per_second"] * drain["seconds"]  # both rounded
+        assert abs(sum(drain["entries_per_second"]) - written) <= 0.01 * drain["drain_per_second"] + 1
+    # the outage's backlog waits on the producers' own keys, the unloaded one on keys of its own
+    assert reference["keys_the_producers_used"] == reference["keys"] and unloaded["keys_the_producers_used"] == 0
     assert reference["producers_outlasted_drain"]
     assert section["reference_per_second"] == reference["drain_per_second"]
     assert section["unloaded_per_second"] == unloaded["drain_per_second"]
