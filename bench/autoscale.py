@@ -30,7 +30,7 @@ from sqlalchemy import text
 from .env import BenchEnv
 from .lambda_model import SchedulerModel
 from .latency import _one_rate, _registry
-from .scaling import KEYS, _summary
+from .scaling import KEYS, _summary, entries_per_second
 
 #: Offered load per step, as fractions of R1.
 FRACTIONS = (0.1, 3.0, 0.1)
@@ -65,10 +65,6 @@ _LIVE = ("SELECT count(*) FROM outbox_poller WHERE channel = 'redis' AND left_at
 _PER_SECOND = """
     SELECT floor(EXTRACT(EPOCH FROM created_at) - :origin)::int, count(*) FROM outbox_message GROUP BY 1
 """
-_DELIVERED_PER_SECOND = """
-    SELECT floor(split_part(delivery_ref, '-', 1)::float8 / 1000 - :origin)::int, count(*)
-      FROM outbox_message WHERE status = 'delivered' GROUP BY 1
-"""
 # The lag of the commits of the given seconds (from :origin), stream entry minus commit.
 _LAG_OF_SECONDS = """
     WITH d AS (SELECT split_part(delivery_ref, '-', 1)::float8 - EXTRACT(EPOCH FROM created_at) * 1000 AS lag
@@ -93,7 +89,7 @@ def run_autoscale(env: BenchEnv, *, r1: float, r1_from: str, step_seconds: float
     origin = run["began_at"]
     with env.engine.connect() as conn:
         committed = dict(conn.execute(text(_PER_SECOND), {"origin": origin}).all())
-        delivered = dict(conn.execute(text(_DELIVERED_PER_SECOND), {"origin": origin}).all())
+        delivered = entries_per_second(conn, origin * 1000, (origin + seconds) * 1000)
     spans = [(r["started"], r["until"]) for r in _registry(env) or []]
     n = math.ceil(seconds)
     offered = [next(r for i, (_, r) in enumerate(steps) if s < step_seconds * (i + 1) or i == len(steps) - 1)
@@ -117,7 +113,7 @@ def run_autoscale(env: BenchEnv, *, r1: float, r1_from: str, step_seconds: float
         spent, needed = sum(used[s] for s in within), sum(need[s] for s in within)
         per_step.append({"fraction": FRACTIONS[i], "offered_per_second": rate, "needs": need[within[0]],
                          "committed_per_second": _mean(committed.get(s, 0) for s in within),
-                         "delivered_per_second": _mean(delivered.get(s, 0) for s in within),
+                         "delivered_per_second": _mean(delivered[s] for s in within),
                          "live_pollers_most": max((v for s in within if (v := sampled[s]) is not None), default=None),
                          "poller_seconds_per_second": round(spent / len(within), 3) if within else None,
                          "vs_needs": round(spent / needed, 3) if needed else None})
@@ -133,7 +129,7 @@ def run_autoscale(env: BenchEnv, *, r1: float, r1_from: str, step_seconds: float
         "vs_needs": round(spent / needed, 3) if needed else None,
         "per_second": {"second": list(range(n)), "offered": offered,
                        "committed": [committed.get(s, 0) for s in range(n)],
-                       "delivered": [delivered.get(s, 0) for s in range(n)], "live_pollers": sampled,
+                       "delivered": delivered[:n], "live_pollers": sampled,
                        "poller_seconds": used, "needs": need,
                        "lag_p50_ms": [lag_at.get(s, (None, None))[0] for s in range(n)],
                        "lag_p99_ms": [lag_at.get(s, (None, None))[1] for s in range(n)]},

@@ -143,7 +143,7 @@ def _backlog_drain(env: BenchEnv, n: int, backlog: int, model: SchedulerModel, r
                     backlog_edit=on_producer_keys if on_producers_keys else None, drain_limit=600.0)
     with env.engine.connect() as conn:
         first_ms, last_ms, written = conn.execute(text(_BACKLOG), {"began": run["began_at"] * 1000}).one()
-        per_second = _per_second(conn, first_ms, last_ms) if written else []
+        per_second = entries_per_second(conn, first_ms, last_ms) if written else []
         shared = conn.execute(text(_SHARED_KEYS), {"began": run["began_at"]}).scalar_one()
     span = (last_ms - first_ms) / 1000 if written else None
     return {"messages": backlog, "keys": keys, "keys_the_producers_used": shared, "offered_per_second": rate,
@@ -173,7 +173,8 @@ _PER_SECOND = """
 """
 
 
-def _per_second(conn: Any, lo_ms: float, hi_ms: float) -> list[int]:
+def entries_per_second(conn: Any, lo_ms: float, hi_ms: float) -> list[int]:
+    """Stream entries written in each second from `lo_ms` to `hi_ms` (Redis's clock), zeros included."""
     return [n for _, n in conn.execute(text(_PER_SECOND), {"lo": lo_ms, "hi": hi_ms})]
 
 
@@ -302,7 +303,7 @@ def _phases(env: BenchEnv, times: dict[str, float], run: dict[str, Any]) -> dict
     with env.engine.connect() as conn:
         during, backlog, last_ms, written = conn.execute(
             text(_ENTRIES), {"down": times["down"] * 1000, "up": times["up"] * 1000}).one()
-        per_second = _per_second(conn, times["up"] * 1000, last_ms) if last_ms else []
+        per_second = entries_per_second(conn, times["up"] * 1000, last_ms) if last_ms else []
     drain_seconds = last_ms / 1000 - times["up"] if last_ms else None
     return {"normal_lag_p99_ms": round(normal, 1), "delivered_during_outage": during,
             "backlog_at_restart": backlog,
