@@ -123,7 +123,8 @@ def enqueue_bulk(conn: Any, messages: Iterable[Mapping[str, Any]], *, channel: s
 
 
 def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
-    """One statement (emptying `rows`); raise on the first id held by a different message."""
+    """One statement (emptying `rows`), two when ids were held; raise on the first id held by a
+    different message."""
     for channel in {r["channel"] for r in rows}:
         registered(channel)
     messages = json.dumps([
@@ -132,14 +133,13 @@ def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
         for i, r in enumerate(rows)
     ], ensure_ascii=False)
     rows.clear()  # the texts now live in `messages` only
-    skipped = conn.execute(sql.producer.insert_messages_bulk, {"messages": messages}).all()
-    taken = [i for i, same in skipped if same is False]
-    unseen = [i for i, same in skipped if same is None]
-    if unseen and not taken:
-        # Ids written by a transaction that committed while this one waited: look again.
+    skipped = conn.execute(sql.producer.insert_messages_bulk, {"messages": messages}).scalars().all()
+    taken: list[int] = []
+    if skipped:
+        # Ids held already: repeats of these messages, or taken by others.
         chunk = json.loads(messages)
         taken = conn.execute(sql.producer.same_messages,
-                             {"messages": json.dumps([chunk[i] for i in unseen], ensure_ascii=False)}
+                             {"messages": json.dumps([chunk[i] for i in skipped], ensure_ascii=False)}
                              ).scalars().all()
     if taken:
         raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)

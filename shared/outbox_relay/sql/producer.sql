@@ -52,9 +52,10 @@ SELECT {{same_message_as_m}}
 
 -- name: insert_messages_bulk
 -- Enqueue one chunk, given as one JSON array of objects; `i` keeps the caller's
--- order. Returns `(i, same)` for each message not written that is not a repeat
--- of its id's holder (same false: another message; NULL: holder not visible).
--- Conflicts on the message_id key; no other index is read.
+-- order. Returns the positions `i` of the messages not written, their ids held
+-- already ("same_messages" tells repeats from other messages). Conflicts on the
+-- message_id key; no other index is read, so the plan's cost stays the chunk's
+-- and it is never compiled with JIT (docs/decisions/0073).
 WITH m AS (
     SELECT DISTINCT ON (message_id) *
       FROM json_to_recordset(CAST(:messages AS json))
@@ -76,19 +77,12 @@ WITH m AS (
       FROM body b JOIN m ON m.message_id = b.message_id
      ORDER BY b.seq
 )
-SELECT i, same FROM (
-    SELECT m.i, CASE WHEN o.seq IS NOT NULL THEN {{same_message_as_m}} END AS same
-      FROM m
-      LEFT JOIN outbox_message_body b ON b.message_id = m.message_id
-      LEFT JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
-     WHERE m.message_id NOT IN (SELECT message_id FROM body)
-) skipped
- WHERE same IS NOT TRUE
- ORDER BY i
+SELECT i FROM m WHERE message_id NOT IN (SELECT message_id FROM body) ORDER BY i
 
 -- name: same_messages
--- The second look for a bulk chunk (same JSON): the positions `i` whose id is
--- held by a different message. By the message_id key.
+-- The second look for a bulk chunk's messages not written (same JSON), in a
+-- statement of its own so that it sees a writer that committed while the chunk
+-- waited: the positions `i` whose id is held by a different message. By the message_id key.
 SELECT m.i
   FROM json_to_recordset(CAST(:messages AS json))
        AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
