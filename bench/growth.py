@@ -62,9 +62,10 @@ from .env import BenchEnv, percentile
 DAYS = 7  # the template's default delivered retention
 HISTORY_EVERY = 20
 TABLES = ("outbox_message", "outbox_message_body", "outbox_message_history")
-#: The bench server's settings: autovacuum on (the shared test server runs with it off), room for the seeding's WAL.
+#: The bench server's settings: autovacuum on (the shared test server runs with it off), room for the seeding's WAL,
+#: and connections for catch-up's and autoscale's pollers, their successors and the warm containers' pools.
 SERVER_SETTINGS = {"autovacuum": "on", "shared_buffers": "256MB", "max_wal_size": "4GB", "listen_addresses": "",
-                   "max_connections": "40"}
+                   "max_connections": "100"}
 
 # Each row's time: spread evenly over the `span` seconds before `newest` (epoch seconds; none: a
 # second ago by the database's clock), or a minute ago for pending rows.
