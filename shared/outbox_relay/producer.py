@@ -15,6 +15,7 @@ from . import sql, tracing
 from .errors import InvalidMessageError
 from .publishers.registry import CHANNELS
 from .publishers.spec import ChannelSpec
+from .store import array_literal
 from .write import _ID_TAKEN, check_conn, enqueue, insert_message, registered
 
 BULK_CHUNK = 1000
@@ -134,13 +135,9 @@ def _insert_chunk(conn: Any, start: int, rows: list[dict[str, Any]]) -> None:
     ], ensure_ascii=False)
     rows.clear()  # the texts now live in `messages` only
     skipped = conn.execute(sql.producer.insert_messages_bulk, {"messages": messages}).scalars().all()
-    taken: list[int] = []
-    if skipped:
-        # Ids held already: repeats of these messages, or taken by others.
-        chunk = json.loads(messages)
-        taken = conn.execute(sql.producer.same_messages,
-                             {"messages": json.dumps([chunk[i] for i in skipped], ensure_ascii=False)}
-                             ).scalars().all()
+    # Ids held already: repeats of these messages, or taken by others.
+    taken = conn.execute(sql.producer.same_messages, {"messages": messages, "positions": array_literal(skipped)}
+                         ).scalars().all() if skipped else []
     if taken:
         raise InvalidMessageError(f"messages[{start + min(taken)}].message_id", _ID_TAKEN)
 

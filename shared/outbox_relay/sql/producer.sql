@@ -80,13 +80,14 @@ WITH m AS (
 SELECT i FROM m WHERE message_id NOT IN (SELECT message_id FROM body) ORDER BY i
 
 -- name: same_messages
--- The second look for a bulk chunk's messages not written (same JSON), in a
--- statement of its own so that it sees a writer that committed while the chunk
--- waited: the positions `i` whose id is held by a different message. By the message_id key.
+-- The second look at a bulk chunk (the same JSON) for the positions :positions it
+-- did not write, in a statement of its own so that it sees a writer that committed
+-- while the chunk waited: those whose id is held by a different message. One
+-- lookup by the message_id key per position, so that the plan is costed for them.
 SELECT m.i
   FROM json_to_recordset(CAST(:messages AS json))
        AS m(i int, message_id uuid, channel text, destination text, type text, key text, payload text)
-  JOIN outbox_message_body b ON b.message_id = m.message_id
-  JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
- WHERE NOT ({{same_message_as_m}})
+ WHERE m.i = ANY (CAST(:positions AS int[]))
+   AND EXISTS (SELECT 1 FROM outbox_message_body b JOIN outbox_message o ON o.seq = b.seq AND o.day = b.day
+                WHERE b.message_id = m.message_id AND NOT ({{same_message_as_m}}))
  ORDER BY m.i
