@@ -10,6 +10,7 @@ import uuid
 from sqlalchemy import text
 
 from outbox_relay import sql
+from outbox_relay.store import array_literal
 from support.rows import insert_rows
 
 # A backlog: every row pending and due, over 250 keys.
@@ -30,8 +31,7 @@ def test_a_bulk_enqueue_is_costed_for_its_chunk_not_for_the_tables(app_engine):
                          "deliver_at": None} for i in range(100)])
     statements = {"insert": (sql.producer.insert_messages_bulk, {"messages": chunk}),
                   # the second look at a chunk that found every id held
-                  "held": (sql.producer.same_messages, {"messages": chunk, "positions": "{%s}" % ",".join(
-                      map(str, range(100)))})}
+                  "held": (sql.producer.same_messages, {"messages": chunk, "positions": array_literal(range(100))})}
     costs = []
     for n in (5_000, 45_000):
         with app_engine.begin() as conn:
