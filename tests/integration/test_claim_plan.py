@@ -103,6 +103,37 @@ def test_claim_plan_uses_the_partial_indexes_with_a_million_rows_of_history(app_
 
 
 
+# A backlog: every row pending and due, over 250 keys.
+BACKLOG = insert_rows(
+    """
+    SELECT gen_random_uuid() AS message_id, 'redis' AS channel, 's' AS destination, 't' AS type,
+           '{}' AS payload, 'k' || mod(i, 250) AS key, 'pending' AS status, 0 AS attempts,
+           now() - interval '1 minute' AS available_at
+      FROM generate_series(1, :n) AS i
+    """,
+    ["channel", "destination", "type", "key", "status", "attempts", "available_at"],
+)
+
+
+def test_a_claim_of_the_whole_channel_is_costed_for_its_batch_not_for_the_backlog(app_engine):
+    # PostgreSQL compiles a plan costed above jit_above_cost before running it, which cost
+    # a deep backlog's claims more than they took (decision 0073)
+    store = LeaseStore(app_engine, Channel.REDIS, default_max_attempts=10)
+    costs = []
+    for n in (5_000, 45_000):
+        with app_engine.begin() as conn:
+            conn.execute(BACKLOG, {"n": n})
+            conn.execute(text("ANALYZE outbox_message"))
+            conn.execute(text("ANALYZE outbox_message_body"))
+            (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.relay.claim.text),
+                                  store.claim_parameters("x", 1000, 30.0)).one()
+        plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        assert "outbox_message_pending_due_idx" in {node.get("Index Name") for node in plan_nodes(plan)}
+        costs.append(plan["Total Cost"])
+    # With ten times the backlog (5,000, then 50,000 pending), the estimate stays the batch's
+    assert costs[1] < 1.5 * costs[0], costs
+
+
 def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, relay_engine):
     # Given a burst of one key, analyzed while all of it was pending (the statistics say
     # the key and the pending status are everywhere), then partly delivered, a batch in flight

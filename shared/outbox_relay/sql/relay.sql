@@ -130,8 +130,12 @@ WITH expired AS (
      WHERE m.status = 'pending' AND m.channel = :channel AND m.available_at <= now()
        AND (CAST(:parts AS int) IS NULL OR m.key IS NULL OR {{part_of}} = :part)
        AND (t.turn IS NULL OR t.turn < 'infinity')
+       AND NOT EXISTS (SELECT 1 FROM suspect)
      ORDER BY m.available_at, m.seq
-     LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM suspect) THEN 0 ELSE :limit END)
+     -- A claim of the whole channel is costed for its batch, not a tenth of the backlog (JIT
+     -- compiles a plan costed high); a claim of a part keeps the subquery's estimate, as its
+     -- filter on part_of, estimated at a few rows in a thousand, would otherwise choose a sort.
+     LIMIT CASE WHEN CAST(:parts AS int) IS NULL THEN CAST(:limit AS int) ELSE (SELECT CAST(:limit AS int)) END
        FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
     SELECT seq, destination, key, size, turn FROM due WHERE turn IS NULL OR turn = '-infinity'
