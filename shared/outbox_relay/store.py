@@ -31,13 +31,14 @@ LOCKED_HEAD_RECHECK_SECONDS = 0.05
 LOCKED_HOLD_MIN_SECONDS = 1.0
 LOCKED_HOLD_MAX_SECONDS = 30.0
 
-#: (part, parts): a claim that takes keyed rows only of keys in `part` of `parts` (`part_of`).
+#: (part, parts): a claim that takes only rows in `part` of `parts` (`part_of`).
 Part = tuple[int, int]
 
 
-def part_of(key: str, parts: int) -> int:
-    """A key's part of `parts`, as relay.sql's `part_of`: the first 32 bits of its md5."""
-    return int(hashlib.md5(key.encode()).hexdigest()[:8], 16) % parts
+def part_of(key: str | int, parts: int) -> int:
+    """A row's part of `parts` from its key (its seq without one), as relay.sql's `in_part`: even
+    ranges of the first 32 bits of the key's md5."""
+    return int(hashlib.md5(str(key).encode()).hexdigest()[:8], 16) * parts >> 32
 
 
 @dataclass(frozen=True, slots=True)

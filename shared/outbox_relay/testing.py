@@ -117,7 +117,7 @@ class InMemoryStore(Store):
                     break
                 if r.status is not Status.PENDING or r.available_at > now or r.locked_by is not None:
                     continue
-                if part is not None and r.key is not None and part_of(r.key, part[1]) != part[0]:
+                if part is not None and part_of(r.seq if r.key is None else r.key, part[1]) != part[0]:
                     continue
                 turn = self._turn_of(r, owner, block) if r.key is not None else None
                 if turn != math.inf:

@@ -103,13 +103,14 @@ def test_claim_plan_uses_the_partial_indexes_with_a_million_rows_of_history(app_
 
 
 
-# A backlog: every row pending and due, over 250 keys.
+# A backlog: every row pending and due, over the keys given (k0 … k249 unless given).
 BACKLOG = insert_rows(
     """
     SELECT gen_random_uuid() AS message_id, 'redis' AS channel, 's' AS destination, 't' AS type,
-           '{}' AS payload, 'k' || mod(i, 250) AS key, 'pending' AS status, 0 AS attempts,
+           '{}' AS payload, k.keys[1 + mod(i, cardinality(k.keys))] AS key, 'pending' AS status, 0 AS attempts,
            now() - interval '1 minute' AS available_at
-      FROM generate_series(1, :n) AS i
+      FROM generate_series(1, :n) AS i,
+           (SELECT coalesce(CAST(:keys AS text[]), ARRAY(SELECT 'k' || j FROM generate_series(0, 249) j)) AS keys) k
     """,
     ["channel", "destination", "type", "key", "status", "attempts", "available_at"],
 )
@@ -122,7 +123,7 @@ def test_a_claim_of_the_whole_channel_is_costed_for_its_batch_not_for_the_backlo
     costs = []
     for n in (5_000, 45_000):
         with app_engine.begin() as conn:
-            conn.execute(BACKLOG, {"n": n})
+            conn.execute(BACKLOG, {"n": n, "keys": None})
             conn.execute(text("ANALYZE outbox_message"))
             conn.execute(text("ANALYZE outbox_message_body"))
             (raw,) = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql.relay.claim.text),
@@ -132,6 +133,28 @@ def test_a_claim_of_the_whole_channel_is_costed_for_its_batch_not_for_the_backlo
         costs.append(plan["Total Cost"])
     # With ten times the backlog (5,000, then 50,000 pending), the estimate stays the batch's
     assert costs[1] < 1.5 * costs[0], costs
+
+
+def test_a_claim_of_a_part_passes_the_other_parts_rows_in_the_index(app_engine):
+    # Given a backlog of 5,000 over 100 keys, every one of them in part 0 of 4, analyzed
+    from outbox_relay.store import part_of
+
+    keys = [k for k in (f"k{i}" for i in range(2000)) if part_of(k, 4) == 0][:100]
+    with app_engine.begin() as conn:
+        conn.execute(BACKLOG, {"n": 5_000, "keys": "{" + ",".join(keys) + "}"})
+        conn.execute(text("ANALYZE outbox_message"))
+    # When the poller of part 1 claims
+    store = LeaseStore(app_engine, Channel.REDIS, default_max_attempts=10)
+    with app_engine.begin() as conn:
+        (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text),
+                              store.claim_parameters("x", 1000, 30.0, part=(1, 4))).one()
+        conn.rollback()
+    nodes = plan_nodes((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+    # Then it claims nothing, and the due index's condition passed every row of part 0: none was
+    # read from the table to be filtered out, none probed for its key's turn
+    due = next(n for n in nodes if n.get("Index Name") == "outbox_message_pending_due_idx")
+    assert "md5" in due["Index Cond"] and due["Actual Rows"] == 0 and not due.get("Rows Removed by Filter"), due
+    assert not [n for n in nodes if n.get("Index Name") == "outbox_message_key_active_idx" and n["Actual Loops"]]
 
 
 def test_one_key_everywhere_is_still_probed_through_the_key_index(app_engine, relay_engine):

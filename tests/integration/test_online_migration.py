@@ -198,7 +198,7 @@ def migrate_under_load(fresh_db, monkeypatch, relay_env, redis_client, redis_pre
         upgrade(engine)
         swapped = time.monotonic()
         print(f"online migration of {seeded} rows: copy {copied - started:.1f} s, swap {swapped - copied:.2f} s")
-        assert current_revision(engine) == "0017"
+        assert current_revision(engine) == "0018"
         time.sleep(2.0)
     finally:
         stop.set()
@@ -362,7 +362,7 @@ def test_outbox_migrate_online_copies_in_runs_and_the_next_migrate_swaps(fresh_d
         assert conn.execute(text("SELECT count(*) FROM outbox_message JOIN outbox_message_body USING (seq, day)")
                             ).scalar_one() == 50
     # And --online on the new schema is refused in one line
-    assert "--online: the schema is at 0017" in outbox("migrate", "--online", status=2)
+    assert "--online: the schema is at 0018" in outbox("migrate", "--online", status=2)
 
 
 def test_outbox_migrate_online_abandon_goes_back_to_0015_exactly_and_a_later_prepare_starts_afresh(
@@ -423,7 +423,7 @@ def test_outbox_migrate_online_abandon_goes_back_to_0015_exactly_and_a_later_pre
     with engine.connect() as conn:
         assert conn.execute(text(count.replace("message_id", "message_id, day"))).scalar_one() == 50
     # And once swapped, there is nothing to abandon
-    assert "the schema is at 0017" in outbox("migrate", "--online", "--abandon", status=2)
+    assert "the schema is at 0018" in outbox("migrate", "--online", "--abandon", status=2)
 
 
 def test_abandoning_gives_way_to_producers_and_goes_on_when_they_let_go(fresh_db):
@@ -553,7 +553,7 @@ def test_the_previous_relay_delivers_on_prepared_tables_and_through_the_swap(fre
         produce(30)
         # ... and goes on running through the swap and after it, as a stack deploy may leave it for a while
         upgrade(engine)
-        assert current_revision(engine) == "0017"
+        assert current_revision(engine) == "0018"
         produce(30)
         deadline = time.monotonic() + 120
         while delivered_rows() < 600 + 120 and time.monotonic() < deadline:

@@ -334,7 +334,7 @@ def test_several_pollers_claiming_at_once_never_share_a_lease_and_keep_each_keys
 
 
 def test_a_claim_with_a_part_takes_only_its_parts_keys_and_any_claim_takes_the_rest(harness) -> None:
-    # Given keys of both parts of two, interleaved, and two messages without a key
+    # Given keys of both parts of two, interleaved, and messages without a key in both
     store = harness.make()
     keys = [f"k{i}" for i in range(12)]
     assert {part_of(k, 2) for k in keys} == {0, 1}
@@ -342,15 +342,20 @@ def test_a_claim_with_a_part_takes_only_its_parts_keys_and_any_claim_takes_the_r
     for _ in range(2):
         for k in keys:
             rows[k] += harness.add(1, key=k)
-    keyless = harness.add(2)
+    keyless = harness.add(6)
+    assert {part_of(s, 2) for s in keyless} == {0, 1}
 
     # When the pollers of parts 0 and 1 claim
     mine = seqs(store.claim("p0", 100, LEASE, 1 << 30, (0, 2)))
     theirs = seqs(store.claim("p1", 1, LEASE, 1 << 30, (1, 2)))
 
-    # Then each takes its part's keys in turn (and the keyless rows, anyone's), never the other's
-    assert mine == sorted([s for k in keys if part_of(k, 2) == 0 for s in rows[k]] + keyless)
-    assert theirs == [min(s for k in keys if part_of(k, 2) == 1 for s in rows[k])]
+    # Then each takes its part's keys in turn (and the keyless rows of its part, by their seq),
+    # never the other's
+    assert mine == sorted([s for k in keys if part_of(k, 2) == 0 for s in rows[k]]
+                          + [s for s in keyless if part_of(s, 2) == 0])
+    assert theirs == [min([s for k in keys if part_of(k, 2) == 1 for s in rows[k]]
+                          + [s for s in keyless if part_of(s, 2) == 1])]
     # and a claim without a part takes the keys no poller holds, whatever their part
-    rest = [s for k in keys if part_of(k, 2) == 1 and theirs[0] not in rows[k] for s in rows[k]]
+    rest = [s for k in keys if part_of(k, 2) == 1 and theirs[0] not in rows[k] for s in rows[k]] + [
+        s for s in keyless if part_of(s, 2) == 1 and s != theirs[0]]
     assert seqs(store.claim("p0", 100, LEASE)) == sorted(rest)
