@@ -47,6 +47,9 @@ class RelayPolicy:
 #: The first idle wait is the poll interval over this, doubling: a producer's short pause costs a
 #: few quick polls, not a whole interval of lag; a quiet table settles at one poll per interval.
 IDLE_RAMP = 8
+#: A claim of any key that found nothing is not repeated sooner than this many times its own
+#: duration: behind a deep backlog that other pollers hold, it passes every row to find nothing.
+ANYWHERE_BACKOFF = 10
 NO_TIME = "not enough time left before the deadline"
 DATABASE_UNREACHABLE = "database unreachable"
 KEY_HELD = "not attempted: an earlier message of its key was not delivered in this invocation"
@@ -61,6 +64,7 @@ class RelayLoop:
                  may_claim: Callable[[], bool] | None = None, part: Callable[[], Part | None] | None = None) -> None:
         self.store, self.publisher, self.policy = store, publisher, policy
         self.part, self.anywhere = part, False
+        self.anywhere_before = float("inf")  # seconds left when the next claim of any key may be made
         self.deadline, self.owner, self.sleep, self.may_claim = deadline, owner, sleep, may_claim
         self.base_owner, self.tokens = owner, 0
         self.summary = Summary(channel=publisher.channel.value, mode=policy.mode.value, lease_owner=owner)
@@ -157,9 +161,9 @@ class RelayLoop:
             return NO_TIME
         # The writes committed before this claim began: their failures are in its view.
         epoch = self.turns.committed if self.turns is not None else None
-        owner = self.owner
+        owner, anywhere, started = self.owner, self.anywhere, deadline.seconds_left()
         try:
-            part = None if self.anywhere or self.part is None else self.part()
+            part = None if anywhere or self.part is None else self.part()
             claim = self.store.claim(owner, limit, policy.lease_seconds, self.max_bytes, part)
         except Exception as exc:
             if not self.polls or not database_unreachable(exc):
@@ -170,8 +174,11 @@ class RelayLoop:
             self.owner = f"{self.base_owner}/{self.tokens}"
             return DATABASE_UNREACHABLE
         # Nothing claimable in its part: the next claim, at once, takes any key (a part whose poller
-        # died or is busy), the one after it its part again.
-        self.anywhere = part is not None and not claim.messages
+        # died or is busy), the one after it its part again; not soon again after one found nothing.
+        left = deadline.seconds_left()
+        if anywhere and not claim.messages:
+            self.anywhere_before = left - ANYWHERE_BACKOFF * (started - left)
+        self.anywhere = part is not None and not claim.messages and left <= self.anywhere_before
         batch = Batch(claim, limit, owner, epoch)
         summary.claimed += len(claim.messages)
         summary.last_claim_found = bool(claim.messages)

@@ -246,3 +246,28 @@ def test_a_poller_whose_part_has_nothing_claims_any_key_at_once_then_its_part_ag
     assert delivered(store) == [1, 2, 3]
     assert all(a is not None for a, b in zip(store.parts, store.parts[1:]) if b is None)
     assert clock.sleeps.count(0.1) >= 5  # idle: a pair of claims per poll interval, not a tight loop
+
+
+def test_a_claim_of_any_key_that_found_nothing_waits_ten_times_its_duration_before_the_next():
+    # Given a poller of part 0 of 2 whose claims of any key take 0.2 s each and find nothing (a deep
+    # backlog that another poller holds), its own part empty
+    from outbox_relay.loop import ANYWHERE_BACKOFF
+
+    store, clock = FakeStore(0), FakeClock(seconds=12.0, margin=0.5)
+    any_key_at: list[float] = []
+    claim = store.claim
+
+    def slow_when_any_key(*args, **kwargs):
+        if args[4] is None:
+            any_key_at.append(clock.now)
+            clock.now += 0.2
+        return claim(*args, **kwargs)
+
+    store.claim = slow_when_any_key
+    # When it polls in latency mode
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+              sleep=clock.sleep, part=lambda: (0, 2)).run()
+    # Then its claims of any key come at least ten times their 0.2 s apart, its part's every poll interval
+    gaps = [b - a for a, b in zip(any_key_at, any_key_at[1:])]
+    assert len(any_key_at) >= 3 and min(gaps) >= 0.2 + ANYWHERE_BACKOFF * 0.2 - 0.01, any_key_at
+    assert store.parts.count((0, 2)) >= 40
