@@ -94,6 +94,22 @@ def test_the_registry_keeps_pollers_in_slots_and_adds_one_at_a_time(relay_engine
     assert registry.add("c", 4, 15) is None  # every slot of the maximum is held
 
 
+def test_each_poller_is_told_its_part_and_one_part_while_a_poller_takes_parts_otherwise(relay_engine):
+    # Given two pollers in two slots
+    registry = PollerRegistry(relay_engine, Channel.REDIS, ttl_seconds=5, slots=3)
+    assert [registry.register(o, 60)[2] for o in ("a", "b")] == [0, 1]
+    # Then each is told its place among the live slots and their count
+    assert [(r.part, r.parts) for r in (registry.renew("a", None), registry.renew("b", None))] == [(0, 2), (1, 2)]
+    # When a poller of the version before, which took parts otherwise, is live in the third slot
+    registry.register("old", 60)
+    with relay_engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_poller SET parts_by_range = false WHERE owner = 'old'"))
+    # Then the others take one part, the whole channel, until it is gone
+    assert [(r.part, r.parts) for r in (registry.renew("a", None), registry.renew("b", None))] == [(0, 1), (0, 1)]
+    registry.leave("old")
+    assert [(r.part, r.parts) for r in (registry.renew("a", None), registry.renew("b", None))] == [(0, 2), (1, 2)]
+
+
 def test_a_taken_over_poller_is_told_and_its_derived_tokens_leases_go_too(relay_engine, app_engine, redis_prefix):
     # Given a poller that claimed under its token and under one it derived after a lost claim
     seed(app_engine, redis_prefix + "t", 4)

@@ -244,3 +244,33 @@ def test_the_schema_takes_any_channel_name_from_0007_and_the_downgrade_pins_them
     downgrade(old_engine, "0006")
     with pytest.raises(Exception, match="outbox_message_channel_check"), old_engine.begin() as conn:
         conn.execute(rename, {"channel": "carrier-pigeon", "id": message_id})
+
+
+def test_0018_takes_the_due_index_an_operator_built_beforehand_and_rebuilds_a_failed_one(old_engine):
+    # Given a database at 0017, and the new due index built beforehand without holding writes
+    # (operating.md), and the same for a second database whose build failed (left invalid)
+    upgrade(old_engine, "0017")
+    index = ("outbox_message_pending_due_new ON outbox_message_live (channel, available_at, seq, "
+             "(CAST(('x' || left(md5(coalesce(key, CAST(seq AS text))), 8)) AS bit(32))::bigint)) "
+             "WHERE status = 'pending'")
+    with old_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"CREATE INDEX CONCURRENTLY {index}"))
+        built = conn.execute(text("SELECT 'outbox_message_pending_due_new'::regclass::oid")).scalar_one()
+    # When 0018 runs
+    upgrade(old_engine)
+    # Then that index is the due index, taken as it was; the old one is gone
+    with old_engine.connect() as conn:
+        assert conn.execute(text("SELECT 'outbox_message_pending_due_idx'::regclass::oid")).scalar_one() == built
+        assert conn.execute(text("SELECT to_regclass('outbox_message_pending_due_new')")).scalar_one() is None
+    # And an invalid one (a build that failed) is dropped and built again
+    downgrade(old_engine, "0017")
+    with old_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"CREATE INDEX {index}"))
+        conn.execute(text("UPDATE pg_index SET indisvalid = false "
+                          "WHERE indexrelid = 'outbox_message_pending_due_new'::regclass"))
+    upgrade(old_engine)
+    with old_engine.connect() as conn:
+        valid, definition = conn.execute(text(
+            "SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index "
+            "WHERE indexrelid = 'outbox_message_pending_due_idx'::regclass")).one()
+        assert valid and "md5" in definition

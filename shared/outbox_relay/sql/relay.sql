@@ -140,9 +140,11 @@ WITH expired AS (
        AND (t.turn IS NULL OR t.turn < 'infinity')
        AND NOT EXISTS (SELECT 1 FROM suspect)
      ORDER BY m.available_at, m.seq
-     -- A bound batch, so that the claim is costed for it, not for the backlog (JIT compiles a
-     -- plan costed high); the suspect's gate is in WHERE, not in the LIMIT, for the same reason.
-     LIMIT :limit
+     -- A claim of the whole channel has a bound batch, so that it is costed for it, not for the
+     -- backlog (JIT compiles a plan costed high). A claim of a part keeps a subquery's, costed as a
+     -- tenth of the part: bound, a part estimated small was planned as a scan of the whole
+     -- partition and a sort once the due index had grown with dead entries.
+     LIMIT CASE WHEN CAST(:parts AS int) IS NULL THEN CAST(:limit AS int) ELSE (SELECT CAST(:limit AS int)) END
        FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
     SELECT seq, destination, key, size, turn FROM due WHERE turn IS NULL OR turn = '-infinity'
@@ -399,11 +401,12 @@ WITH recent AS (
     DELETE FROM outbox_poller WHERE channel = :channel AND started_at < now() - interval '7 days'
 ), me AS (
     -- Run again after a lost reply, it keeps the registration it made.
-    INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds, slot)
+    INSERT INTO outbox_poller (owner, channel, started_at, seen_at, expires_at, deadline_at, gap_seconds, slot,
+                               parts_by_range)
     SELECT :owner, :channel, now(), now(), now() + make_interval(secs => :ttl_seconds),
            now() + make_interval(secs => :deadline_seconds),
            CASE WHEN prior.covered IS NOT NULL THEN greatest(EXTRACT(EPOCH FROM now() - prior.covered), 0)::float8 END,
-           place.slot
+           place.slot, true
       FROM prior, place
     ON CONFLICT (owner) DO UPDATE SET seen_at = now(), expires_at = now() + make_interval(secs => :ttl_seconds)
     RETURNING gap_seconds, slot
@@ -416,7 +419,9 @@ SELECT me.gap_seconds, prior.live, me.slot FROM me, prior
 -- older live ones that have not renewed since :aware_after (they may not have
 -- seen it yet), expired ones whose leases nobody took over, and the channel's
 -- oldest pending age (what adds a poller, and lets an added one go), and its
--- slot's place among the live slots and their count (its part of the keys). One round trip
+-- slot's place among the live slots and their count (its part of the messages; one
+-- part while a live poller does not take parts as ranges of part_hash, as none did
+-- before migration 0018: its parts and ours would leave keys in no one's). One round trip
 -- a heartbeat; `registered` is false when the row is gone or was taken over
 -- (another poller found it expired and took its leases: it must stop).
 WITH me AS (
@@ -435,8 +440,10 @@ SELECT now()::text,
        count(*) FILTER (WHERE p.left_at IS NULL AND p.taken_over_at IS NULL AND p.expires_at <= now()
                           AND p.owner <> me.owner),
        (SELECT ({{oldest_pending_age_of}}) FROM (SELECT CAST(:channel AS text) AS channel) c),
-       count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot < me.slot),
-       count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot <> me.slot) + 1
+       CASE WHEN bool_and(p.parts_by_range) FILTER (WHERE {{poller_is_live}}) IS NOT FALSE
+            THEN count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot < me.slot) ELSE 0 END,
+       CASE WHEN bool_and(p.parts_by_range) FILTER (WHERE {{poller_is_live}}) IS NOT FALSE
+            THEN count(DISTINCT p.slot) FILTER (WHERE {{poller_is_live}} AND p.slot <> me.slot) + 1 ELSE 1 END
   FROM me LEFT JOIN recent p ON true
 
 -- name: take_over_pollers
