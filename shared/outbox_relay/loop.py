@@ -48,8 +48,9 @@ class RelayPolicy:
 #: few quick polls, not a whole interval of lag; a quiet table settles at one poll per interval.
 IDLE_RAMP = 8
 #: A claim of any key that found nothing is not repeated sooner than this many times its own
-#: duration: behind a deep backlog that other pollers hold, it passes every row to find nothing.
-ANYWHERE_BACKOFF = 10
+#: duration, up to the most: behind a deep backlog that other pollers hold, it passes every row to
+#: find nothing; the registry gives a dead poller's part to the others within its TTL anyway.
+ANYWHERE_BACKOFF, ANYWHERE_BACKOFF_MAX_SECONDS = 10, 30.0
 NO_TIME = "not enough time left before the deadline"
 DATABASE_UNREACHABLE = "database unreachable"
 KEY_HELD = "not attempted: an earlier message of its key was not delivered in this invocation"
@@ -177,7 +178,7 @@ class RelayLoop:
         # died or is busy), the one after it its part again; not soon again after one found nothing.
         left = deadline.seconds_left()
         if anywhere and not claim.messages:
-            self.anywhere_before = left - ANYWHERE_BACKOFF * (started - left)
+            self.anywhere_before = left - min(ANYWHERE_BACKOFF * (started - left), ANYWHERE_BACKOFF_MAX_SECONDS)
         self.anywhere = part is not None and not claim.messages and left <= self.anywhere_before
         batch = Batch(claim, limit, owner, epoch)
         summary.claimed += len(claim.messages)

@@ -271,3 +271,24 @@ def test_a_claim_of_any_key_that_found_nothing_waits_ten_times_its_duration_befo
     gaps = [b - a for a, b in zip(any_key_at, any_key_at[1:])]
     assert len(any_key_at) >= 3 and min(gaps) >= 0.2 + ANYWHERE_BACKOFF * 0.2 - 0.01, any_key_at
     assert store.parts.count((0, 2)) >= 40
+
+
+def test_the_wait_after_a_claim_of_any_key_that_found_nothing_is_bounded():
+    # Given a poller of part 0 of 2 whose first claim of any key took 10 s (a reconnect, a lock)
+    from outbox_relay.loop import ANYWHERE_BACKOFF_MAX_SECONDS
+
+    store, clock = FakeStore(0), FakeClock(seconds=90.0, margin=0.5)
+    any_key_at: list[float] = []
+    claim = store.claim
+
+    def slow_once(*args, **kwargs):
+        if args[4] is None:
+            any_key_at.append(clock.now)
+            clock.now += 10.0 if len(any_key_at) == 1 else 0.0
+        return claim(*args, **kwargs)
+
+    store.claim = slow_once
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+              sleep=clock.sleep, part=lambda: (0, 2)).run()
+    # Then the next claim of any key came after the most, not ten times 10 s
+    assert 10.0 + ANYWHERE_BACKOFF_MAX_SECONDS <= any_key_at[1] <= 10.0 + ANYWHERE_BACKOFF_MAX_SECONDS + 0.5
