@@ -5,6 +5,7 @@ retried once)."""
 from __future__ import annotations
 
 import functools
+import random
 import socket
 import ssl
 import time
@@ -259,8 +260,10 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
         wait = min(wait * 2, UNREACHABLE_MAX_WAIT)
 
 
-#: Attempts of a transaction whose statement met a row another one moved across partitions.
-MOVED_ROW_ATTEMPTS = 5
+#: Attempts of a transaction whose statement met a row another one moved across partitions, and
+#: the first jittered wait before the next (doubling): the writers that moved them commit within
+#: milliseconds, and an attempt at once can meet the next ones (several pollers recording at once).
+MOVED_ROW_ATTEMPTS, MOVED_ROW_WAIT_SECONDS = 8, 0.01
 
 
 def moved_row(exc: DBAPIError) -> bool:
@@ -271,7 +274,7 @@ def moved_row(exc: DBAPIError) -> bool:
             and "moved to another partition" in str(detail.get("M", "")))
 
 
-def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
+def run_with_retry(engine: Engine, work: Callable[[Any], T], *, sleep: Callable[[float], Any] = time.sleep) -> T:
     """In one transaction, once more when the pooled connection was dead, again when a row it
     touched moved partition meanwhile (read anew, it is no longer there); only work safe to repeat."""
     for attempt in range(1, MOVED_ROW_ATTEMPTS + 1):
@@ -285,6 +288,7 @@ def run_with_retry(engine: Engine, work: Callable[[Any], T]) -> T:
                     return work(conn)
             if not moved_row(exc) or attempt == MOVED_ROW_ATTEMPTS:
                 raise
+            sleep(random.uniform(0, MOVED_ROW_WAIT_SECONDS * 2 ** attempt))
     raise AssertionError("unreachable")
 
 
