@@ -140,11 +140,10 @@ WITH expired AS (
        AND (t.turn IS NULL OR t.turn < 'infinity')
        AND NOT EXISTS (SELECT 1 FROM suspect)
      ORDER BY m.available_at, m.seq
-     -- A claim of the whole channel has a bound batch, so that it is costed for it, not for the
-     -- backlog (JIT compiles a plan costed high). A claim of a part keeps a subquery's, costed as a
-     -- tenth of the part: bound, a part estimated small was planned as a scan of the whole
-     -- partition and a sort once the due index had grown with dead entries.
-     LIMIT CASE WHEN CAST(:parts AS int) IS NULL THEN CAST(:limit AS int) ELSE (SELECT CAST(:limit AS int)) END
+     -- A subquery's limit, costed as a tenth of the rows expected, keeps the walk of the due index:
+     -- bound, a claim expecting few rows was planned as a scan of the whole partition and a sort
+     -- once the index had grown with dead entries (decision 0074).
+     LIMIT (SELECT CAST(:limit AS int))
        FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
     SELECT seq, destination, key, size, turn FROM due WHERE turn IS NULL OR turn = '-infinity'
