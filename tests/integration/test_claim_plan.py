@@ -51,10 +51,11 @@ def plan_nodes(plan: dict) -> list[dict]:
     return nodes
 
 
-def explain_claim(app_engine, *, block: bool, channel: str = "redis", part: tuple[int, int] | None = None) -> dict:
+def explain_claim(app_engine, *, block: bool = False, channel: str = "redis", part: tuple[int, int] | None = None,
+                  limit: int = 500) -> dict:
     store = LeaseStore(app_engine, Channel(channel), default_max_attempts=10,
                        ordering_on_dead=OrderingOnDead.BLOCK if block else OrderingOnDead.SKIP)
-    params = store.claim_parameters("x", 500, 30.0, part=part)
+    params = store.claim_parameters("x", limit, 30.0, part=part)
     with app_engine.begin() as conn:  # EXPLAIN ANALYZE really runs the claim: roll it back
         (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text), params).one()
         conn.rollback()
@@ -116,28 +117,28 @@ BACKLOG = insert_rows(
 )
 
 
+def grow_the_due_index(app_engine) -> None:
+    """Dead entries in the due index, as a drain's updates leave them between vacuums."""
+    for _ in range(4):
+        with app_engine.begin() as conn:
+            conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '1 ms' "
+                              "WHERE status = 'pending'"))
+
+
 def test_a_claim_with_few_messages_waiting_among_many_dead_walks_the_due_index(app_engine):
     # Given 20,000 messages, the due index grown with dead entries as a drain leaves it, then all
     # but 1,500 dead-lettered (they stay in the live partition), vacuumed and analyzed
     with app_engine.begin() as conn:
         conn.execute(BACKLOG, {"n": 20_000, "keys": None})
-    for _ in range(4):
-        with app_engine.begin() as conn:
-            conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '1 ms' "
-                              "WHERE status = 'pending'"))
+    grow_the_due_index(app_engine)
     with app_engine.begin() as conn:
         conn.execute(text("UPDATE outbox_message SET status = 'dead', dead_at = now() "
                           "WHERE status = 'pending' AND seq > 1500"))
     with app_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # VACUUM: no transaction
         conn.execute(text("VACUUM ANALYZE outbox_message"))
-    store = LeaseStore(app_engine, Channel.REDIS, default_max_attempts=10)
     for part in (None, (1, 4)):
         # When a poller claims the whole channel, or its part
-        with app_engine.begin() as conn:
-            (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text),
-                                  store.claim_parameters("x", 1000, 30.0, part=part)).one()
-            conn.rollback()
-        nodes = plan_nodes(declared(app_engine, (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]))
+        nodes = plan_nodes(explain_claim(app_engine, part=part, limit=1000))
         # Then it walks the due index, never the partition and a sort (a bound LIMIT chose those)
         assert not [n for n in nodes if "Seq Scan" in n["Node Type"]], (part, nodes)
         assert [n for n in nodes if n.get("Index Name") == "outbox_message_pending_due_idx" and n["Actual Rows"]]
@@ -151,20 +152,12 @@ def test_a_claim_of_a_part_passes_the_other_parts_rows_in_the_index(app_engine):
     keys = [k for k in (f"k{i}" for i in range(2000)) if part_of(k, 4) == 0][:100]
     with app_engine.begin() as conn:
         conn.execute(BACKLOG, {"n": 20_000, "keys": "{" + ",".join(keys) + "}"})
-    for _ in range(4):
-        with app_engine.begin() as conn:
-            conn.execute(text("UPDATE outbox_message SET available_at = available_at - interval '1 ms' "
-                              "WHERE status = 'pending'"))
+    grow_the_due_index(app_engine)
     with app_engine.begin() as conn:
         conn.execute(text("ANALYZE outbox_message"))
-    store = LeaseStore(app_engine, Channel.REDIS, default_max_attempts=10)
     for part in ((1, 4), (0, 4)):
         # When the poller of part 1, then that of part 0, claims
-        with app_engine.begin() as conn:
-            (raw,) = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.relay.claim.text),
-                                  store.claim_parameters("x", 1000, 30.0, part=part)).one()
-            conn.rollback()
-        nodes = plan_nodes(declared(app_engine, (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]))
+        nodes = plan_nodes(explain_claim(app_engine, part=part, limit=1000))
         # Then each walks the due index, never the partition and a sort
         assert not [n for n in nodes if "Seq Scan" in n["Node Type"]], (part, nodes)
         due = next(n for n in nodes if n.get("Index Name") == "outbox_message_pending_due_idx")

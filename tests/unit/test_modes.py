@@ -248,25 +248,32 @@ def test_a_poller_whose_part_has_nothing_claims_any_key_at_once_then_its_part_ag
     assert clock.sleeps.count(0.1) >= 5  # idle: a pair of claims per poll interval, not a tight loop
 
 
+def poll_with_slow_claims_of_any_key(store, clock, seconds) -> list[float]:
+    """Run a latency-mode poller of part 0 of 2 whose n-th claim of any key takes seconds(n);
+    the times those claims began."""
+    any_key_at: list[float] = []
+    claim = store.claim
+
+    def timed(*args, **kwargs):
+        if args[4] is None:
+            any_key_at.append(clock.now)
+            clock.now += seconds(len(any_key_at))
+        return claim(*args, **kwargs)
+
+    store.claim = timed
+    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
+              sleep=clock.sleep, part=lambda: (0, 2)).run()
+    return any_key_at
+
+
 def test_a_claim_of_any_key_that_found_nothing_waits_ten_times_its_duration_before_the_next():
     # Given a poller of part 0 of 2 whose claims of any key take 0.2 s each and find nothing (a deep
     # backlog that another poller holds), its own part empty
     from outbox_relay.loop import ANYWHERE_BACKOFF
 
     store, clock = FakeStore(0), FakeClock(seconds=12.0, margin=0.5)
-    any_key_at: list[float] = []
-    claim = store.claim
-
-    def slow_when_any_key(*args, **kwargs):
-        if args[4] is None:
-            any_key_at.append(clock.now)
-            clock.now += 0.2
-        return claim(*args, **kwargs)
-
-    store.claim = slow_when_any_key
     # When it polls in latency mode
-    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
-              sleep=clock.sleep, part=lambda: (0, 2)).run()
+    any_key_at = poll_with_slow_claims_of_any_key(store, clock, lambda n: 0.2)
     # Then its claims of any key come at least ten times their 0.2 s apart, its part's every poll interval
     gaps = [b - a for a, b in zip(any_key_at, any_key_at[1:])]
     assert len(any_key_at) >= 3 and min(gaps) >= 0.2 + ANYWHERE_BACKOFF * 0.2 - 0.01, any_key_at
@@ -278,17 +285,6 @@ def test_the_wait_after_a_claim_of_any_key_that_found_nothing_is_bounded():
     from outbox_relay.loop import ANYWHERE_BACKOFF_MAX_SECONDS
 
     store, clock = FakeStore(0), FakeClock(seconds=90.0, margin=0.5)
-    any_key_at: list[float] = []
-    claim = store.claim
-
-    def slow_once(*args, **kwargs):
-        if args[4] is None:
-            any_key_at.append(clock.now)
-            clock.now += 10.0 if len(any_key_at) == 1 else 0.0
-        return claim(*args, **kwargs)
-
-    store.claim = slow_once
-    RelayLoop(store, FakePublisher(pipelined=True), policy(Mode.LATENCY), clock.deadline, "me",
-              sleep=clock.sleep, part=lambda: (0, 2)).run()
+    any_key_at = poll_with_slow_claims_of_any_key(store, clock, lambda n: 10.0 if n == 1 else 0.0)
     # Then the next claim of any key came after the most, not ten times 10 s
     assert 10.0 + ANYWHERE_BACKOFF_MAX_SECONDS <= any_key_at[1] <= 10.0 + ANYWHERE_BACKOFF_MAX_SECONDS + 0.5
