@@ -261,9 +261,9 @@ def retry_while_unreachable(work: Callable[[], T], *, time_left: Callable[[], fl
 
 
 #: Attempts of a transaction whose statement met a row another one moved across partitions, and
-#: the first jittered wait before the next (doubling): the writers that moved them commit within
+#: the bound of the first jittered wait before the next (doubling): the writers that moved them commit within
 #: milliseconds, and an attempt at once can meet the next ones (several pollers recording at once).
-MOVED_ROW_ATTEMPTS, MOVED_ROW_WAIT_SECONDS = 8, 0.01
+MOVED_ROW_ATTEMPTS, MOVED_ROW_WAIT_SECONDS = 8, 0.02
 
 
 def moved_row(exc: DBAPIError) -> bool:
@@ -288,7 +288,7 @@ def run_with_retry(engine: Engine, work: Callable[[Any], T], *, sleep: Callable[
                     return work(conn)
             if not moved_row(exc) or attempt == MOVED_ROW_ATTEMPTS:
                 raise
-            sleep(random.uniform(0, MOVED_ROW_WAIT_SECONDS * 2 ** attempt))
+            sleep(random.uniform(0, MOVED_ROW_WAIT_SECONDS * 2 ** (attempt - 1)))
     raise AssertionError("unreachable")
 
 
